@@ -1,0 +1,209 @@
+"""Validation, layout planning and launch configuration shared by every kernel launcher.
+
+Rows: every op reduces one axis. The launcher moves that axis last (a view), makes the reduced
+axis unit-stride (copying only when it is not: a strided gather is slower than the copy, and a
+copy keeps results bitwise equal to the contiguous case), and describes the remaining batch axes
+to the kernel as at most two (size, stride) pairs, so row padding, storage offsets, stride-0
+(``expand``) batch axes and non-last reduction axes run without copies where possible:
+
+    row r  ->  element offset (r // n1) * s0 + (r % n1) * s1       (64-bit)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_DTYPE_NAMES = "float16, bfloat16, float32 or float64"
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+# ----------------------------------------------------------------------------------------------
+# validation: every public entry point raises TypeError/ValueError naming the argument
+# ----------------------------------------------------------------------------------------------
+def check_tensor(name: str, t, op: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: {name}.dtype must be {_DTYPE_NAMES}, got {t.dtype}")
+    if t.device.type != "cuda" and not interpreting():
+        raise ValueError(
+            f"{op}: {name} is on device '{t.device}', but the Triton kernels run on CUDA tensors "
+            f"(or on CPU tensors under the Triton interpreter, TRITON_INTERPRET=1 set before "
+            f"triton is imported)"
+        )
+
+
+def check_dim(dim, ndim: int, op: str) -> int:
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{op}: dim must be an int, got {type(dim).__name__}")
+    lo, hi = -max(ndim, 1), max(ndim, 1) - 1
+    if not lo <= dim <= hi:
+        raise ValueError(f"{op}: dim={dim} is out of range for a {ndim}-d tensor; expected {lo} <= dim <= {hi}")
+    return dim % max(ndim, 1)
+
+
+def check_pair(op: str, a_name: str, a: torch.Tensor, b_name: str, b: torch.Tensor) -> None:
+    """Explicit VJPs take two tensors of one shape, dtype and device, neither differentiable."""
+    check_tensor(a_name, a, op)
+    check_tensor(b_name, b, op)
+    if a.shape != b.shape:
+        raise ValueError(f"{op}: {a_name} and {b_name} must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.dtype != b.dtype:
+        raise TypeError(f"{op}: {a_name} and {b_name} must have the same dtype, got {a.dtype} and {b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"{op}: {a_name} and {b_name} must be on the same device, got {a.device} and {b.device}")
+    for name, t in ((a_name, a), (b_name, b)):
+        if t.requires_grad:
+            raise ValueError(
+                f"{op}: {name} requires grad; {op} is an explicit VJP, not differentiable. "
+                f"Pass {name}.detach(), or differentiate the forward op instead"
+            )
+
+
+# ----------------------------------------------------------------------------------------------
+# layout planning
+# ----------------------------------------------------------------------------------------------
+def _collapse(sizes, stride_lists):
+    """Merge adjacent batch axes that every tensor can address as one; drop size-1 axes."""
+    dims = [(n, [s[i] for s in stride_lists]) for i, n in enumerate(sizes) if n != 1]
+    out = []
+    for n, strides in dims:
+        if out:
+            pn, pstrides = out[-1]
+            if all(ps == s * n for ps, s in zip(pstrides, strides)):
+                out[-1] = (pn * n, strides)
+                continue
+        out.append((n, strides))
+    return out
+
+
+@dataclass
+class RowPlan:
+    n_rows: int
+    n_cols: int
+    n1: int
+    inputs: list  # input tensors, reduced axis last and unit-stride
+    in_strides: list  # (s0, s1) per input
+    out_strides: list  # (s0, s1) per output
+    out_col_strides: list  # column stride per output (None for per-row outputs)
+
+
+def plan_rows(inputs, outputs, dim: int) -> RowPlan:
+    """inputs: tensors reduced along dim. outputs: (tensor, per_row) pairs; a per-row output has
+    the reduced axis removed, the others have the inputs' shape. All outputs are freshly allocated."""
+    moved = [t.movedim(dim, -1) for t in inputs]
+    n_cols = moved[0].shape[-1]
+    batch = list(moved[0].shape[:-1])
+    moved = [m if (n_cols <= 1 or m.stride(-1) == 1) else m.contiguous() for m in moved]
+    out_views = [(o if per_row else o.movedim(dim, -1)) for o, per_row in outputs]
+
+    def out_batch_strides(v, per_row):
+        return list(v.stride()) if per_row else list(v.stride()[:-1])
+
+    n_rows = 1
+    for n in batch:
+        n_rows *= n
+    if n_rows == 0 or n_cols == 0:  # nothing to launch; strides of empty tensors are arbitrary
+        return RowPlan(n_rows, n_cols, 1, moved, [(0, 0)] * len(moved), [(0, 0)] * len(outputs), [1] * len(outputs))
+    for attempt in range(2):
+        strides = [list(m.stride()[:-1]) for m in moved]
+        strides += [out_batch_strides(v, pr) for v, (o, pr) in zip(out_views, outputs)]
+        dims = _collapse(batch, strides)
+        if len(dims) <= 2:
+            break
+        moved = [m.contiguous() for m in moved]
+    else:  # pragma: no cover - outputs are contiguous in the original order, so this cannot happen
+        raise AssertionError("row layout needs more than two batch axes after copying the inputs")
+    if len(dims) == 0:
+        n1, pairs = 1, [(0, 0)] * len(strides)
+    elif len(dims) == 1:
+        n1, pairs = dims[0][0], [(0, s) for s in dims[0][1]]
+    else:
+        n1, pairs = dims[1][0], list(zip(dims[0][1], dims[1][1]))
+    k = len(moved)
+    col = [None if pr else (v.stride(-1) if n_cols > 1 else 1) for v, (o, pr) in zip(out_views, outputs)]
+    return RowPlan(n_rows, n_cols, max(n1, 1), moved, pairs[:k], pairs[k:], col)
+
+
+# ----------------------------------------------------------------------------------------------
+# launch configuration: a small fixed set of block shapes, chosen from the row length alone
+# ----------------------------------------------------------------------------------------------
+def max_block(dtype: torch.dtype) -> int:
+    """Longest row one program holds in registers; longer rows are split across programs whose
+    partial results are merged. SOFTMAX_KERNELS_MAX_BLOCK overrides it (a power of two)."""
+    env = os.environ.get("SOFTMAX_KERNELS_MAX_BLOCK")
+    if env:
+        return int(env)
+    if interpreting():
+        return 1024  # small, so CPU runs reach the split path on small shapes
+    return 8192 if dtype == torch.float64 else 16384
+
+
+def tile_elems(dtype: torch.dtype) -> int:
+    return {1: 8192, 2: 8192, 4: 4096, 8: 2048}[dtype.itemsize]
+
+
+@dataclass(frozen=True)
+class Config:
+    block_r: int
+    block_d: int
+    split: bool  # the row is split into n_chunks chunks of block_d
+    n_chunks: int
+    num_warps: int
+
+
+def row_config(n_cols: int, dtype: torch.dtype) -> Config:
+    mb = max_block(dtype)
+    bd = max(16, triton.next_power_of_2(max(n_cols, 1)))
+    if bd <= mb:
+        br = max(1, tile_elems(dtype) // bd)
+        return Config(br, bd, False, 1, _warps(br * bd))
+    return Config(1, mb, True, triton.cdiv(n_cols, mb), _warps(mb))
+
+
+def _warps(elems: int) -> int:
+    return max(4, min(16, elems // 1024))
+
+
+def block_boundaries(dtype: torch.dtype = torch.float32) -> list:
+    """Row lengths at which the launch configuration changes (for the strategies to aim at)."""
+    mb = max_block(dtype)
+    out, b = [], 16
+    while b <= mb:
+        out.append(b)
+        b *= 2
+    out += [2 * mb, 3 * mb]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# bookkeeping: distinct compiled variants requested (the interpreter compiles nothing, so this is
+# counted here rather than read from Triton's cache)
+# ----------------------------------------------------------------------------------------------
+VARIANTS: set = set()
+
+
+def note_variant(kernel, **constexprs) -> None:
+    VARIANTS.add((kernel.__name__ if hasattr(kernel, "__name__") else str(kernel),) + tuple(sorted(constexprs.items())))
+
+
+def compiled_kernel_count() -> int:
+    """Kernels Triton actually compiled in this process (0 under the interpreter)."""
+    from . import _softmax as _s
+
+    total = 0
+    for fn in _s.JIT_KERNELS:
+        caches = getattr(fn, "device_caches", None)
+        if caches is None:
+            continue
+        for entry in caches.values():
+            total += len(entry[0])
+    return total

@@ -1,0 +1,99 @@
+"""Numerics shared by every kernel in this package: order-independent row reductions and
+correctly rounded output conversion.
+
+Why: a floating-point sum depends on the order of its additions, and Triton picks the order
+(which thread holds which element) from the memory layout it proves: a row with a misaligned
+start is held differently from its contiguous copy. To make results *bitwise* independent of
+layout, block shape and warp count, every sum below is accumulated exactly in 64-bit integers.
+
+* ``nanmax``: max that propagates NaN (``tl.max`` drops it on GPUs and in the interpreter; a
+  custom ``tl.reduce`` would propagate it but runs element by element in the interpreter).
+All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
+
+* ``sum_unit(v)``: sum of values in [0, 1] (exponentials after max subtraction). Each value
+  is split into two 40-bit fixed-point limbs, ``q1 = trunc(v * 2**40)`` and
+  ``q2 = trunc((v - q1 * 2**-40) * 2**80)``; both splits are exact, the limb sums are exact
+  integers (|sum| < 2**62 for rows up to 2**22 elements), and the only error is the dropped tail,
+  below ``n * 2**-80`` absolute. Returned as float64.
+* ``sum_scaled(v)``: sum of arbitrary float64 values. Scaled by the power of two above the
+  largest magnitude (exact), then summed as above: absolute error below ``n * 2**-79 * max|v|``.
+  Non-finite input falls back to an ordinary sum (NaN or the infinity, order-free).
+* ``to_out(v, dtype)``: round to the output dtype to nearest-even. The Triton interpreter (3.6 to
+  3.9) truncates float32 -> bfloat16; there the rounding is done on the bits instead.
+"""
+import os
+
+import triton
+import triton.language as tl
+
+_TWO40 = 1099511627776.0  # 2**40
+_TWO80 = 1.2089258196146292e24  # 2**80
+_TWO_M40 = 9.094947017729282e-13  # 2**-40
+_TWO_M80 = 8.271806125530277e-25  # 2**-80
+
+
+_INTERPRET: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+
+
+@triton.jit
+def nanmax(x):
+    m = tl.max(x, 1)
+    has_nan = tl.max((x != x).to(tl.int32), 1) > 0
+    return tl.where(has_nan, float("nan"), m)
+
+
+@triton.jit
+def to_out(v, dtype: tl.constexpr):
+    if _INTERPRET and dtype == tl.bfloat16:
+        bits = v.to(tl.float32).to(tl.int32, bitcast=True)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        rounded = tl.where(v != v, 0x7FC0, rounded)
+        return rounded.to(tl.int16).to(tl.bfloat16, bitcast=True)
+    else:
+        return v.to(dtype)
+
+
+@triton.jit
+def _limbs(v):
+    q1 = (v * _TWO40).to(tl.int64)
+    r = v - q1.to(v.dtype) * _TWO_M40
+    q2 = (r * _TWO80).to(tl.int64)
+    return q1, q2
+
+
+@triton.jit
+def sum_unit(v):
+    """Exact-order sum of values in [0, 1]; v must hold no NaN. Returns float64."""
+    q1, q2 = _limbs(v)
+    return tl.sum(q1, 1).to(tl.float64) * _TWO_M40 + tl.sum(q2, 1).to(tl.float64) * _TWO_M80
+
+
+@triton.jit
+def _pow2(e):
+    # 2**e as float64 for an int64 tensor e in [-1022, 1023]
+    return ((e + 1023) << 52).to(tl.float64, bitcast=True)
+
+
+@triton.jit
+def sum_scaled(v):
+    """Order-independent sum of float64 values of any magnitude. Returns float64."""
+    a = tl.abs(v)
+    big = nanmax(a)
+    finite = big < float("inf")  # False for inf and NaN
+    bits = big.to(tl.int64, bitcast=True)
+    ebits = (bits >> 52) & 0x7FF  # biased exponent of the largest magnitude (0 for 0/subnormal)
+    k = ebits - 1022  # big < 2**k  (for ebits >= 1)
+    k = tl.where(ebits == 0, -1022, k)
+    # scale = 2**-k, applied in two exact halves so neither factor leaves the normal range
+    k1 = k // 2
+    k2 = k - k1
+    s1 = _pow2(-k1)
+    s2 = _pow2(-k2)
+    scaled = v * s1[:, None] * s2[:, None]
+    scaled = tl.where(scaled == scaled, scaled, 0.0)
+    scaled = tl.where(tl.abs(scaled) < 1.0, scaled, 0.0)
+    q1, q2 = _limbs(scaled)
+    fixed = tl.sum(q1, 1).to(tl.float64) * _TWO_M40 + tl.sum(q2, 1).to(tl.float64) * _TWO_M80
+    fixed = fixed * _pow2(k1) * _pow2(k2)
+    plain = tl.sum(tl.where(finite[:, None], 0.0, v), 1)
+    return tl.where(finite, fixed, plain)

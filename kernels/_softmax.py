@@ -1,0 +1,275 @@
+"""Triton kernels for softmax, log_softmax, logsumexp and their explicit VJPs.
+
+Two paths, picked from the row length alone (``_launch.row_config``):
+
+* whole rows: a program holds ``BLOCK_R`` rows of up to ``BLOCK_D`` columns in registers, reads
+  each input once and writes each output once (short rows share a program, so bytes stay in
+  flight);
+* split rows: a row longer than one block is cut into ``n_chunks`` chunks, one program each.
+  Phase 1 writes each chunk's partial result (forward: its max and sum of exponentials, i.e. its
+  log-sum-exp; backward: its partial dot product); phase 2 merges the row's partials -- the same
+  log-sum-exp merge as online softmax -- and writes its chunk. Few rows of a million columns
+  therefore still fill the GPU.
+
+Arithmetic: 16/32-bit inputs are computed in float32, float64 in float64; backward sums and the
+output formula use float64. Every sum is order-independent (``_reduce``), so results are bitwise
+independent of layout and launch shape. Edge rows follow torch: a row with NaN, with +inf, or with
+only -inf gives NaN for softmax/log_softmax; logsumexp gives NaN, +inf and -inf for them.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _launch as L
+from ._numerics import nanmax, sum_scaled, sum_unit, to_out
+
+SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
+WHOLE, PARTIAL, FINISH = 0, 1, 2
+
+
+@triton.jit
+def _rows_cols(BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, PHASE: tl.constexpr):
+    if PHASE == 0:
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+        cols = tl.arange(0, BLOCK_D)
+    else:
+        rows = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
+        cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    return rows, cols
+
+
+@triton.jit
+def _row_off(rows, n1, s0, s1):
+    return (rows // n1) * s0 + (rows % n1) * s1
+
+
+@triton.jit
+def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
+    """Merge a row's chunk partials (max m_c, sum s_c of exp(x - m_c)) -> (M, S) in float64."""
+    c = tl.arange(0, NC)
+    pmask = (c < n_chunks)[None, :]
+    poff = rows[:, None] * n_chunks + c[None, :]
+    mc = tl.load(PM + poff, mask=pmask, other=float("-inf"))
+    sc = tl.load(PS + poff, mask=pmask, other=0.0)
+    M = nanmax(mc)
+    fin = tl.abs(M) < float("inf")
+    Ms = tl.where(fin, M, 0.0)
+    w = tl.where(mc == float("-inf"), 0.0, sc * tl.exp(mc - Ms[:, None]))
+    w = tl.where(fin[:, None], w, 0.0)
+    return M, sum_scaled(w)
+
+
+@triton.jit
+def _fwd_kernel(
+    X, Y, PM, PS,
+    n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc, n_chunks,
+    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, Y_COL64: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr,
+):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
+    rmask = rows < n_rows
+    cmask = cols < n_cols
+    mask = rmask[:, None] & cmask[None, :]
+    if OP == 2 and PHASE == 2:
+        # logsumexp needs only the merged partials
+        M, S = _merge_partials(PM, PS, rows, n_chunks, NC)
+        fin = tl.abs(M) < float("inf")
+        lse = tl.where(fin, tl.where(fin, M, 0.0) + tl.log(S), M)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1), to_out(lse, Y.dtype.element_ty), mask=rmask)
+        return
+    xoff = _row_off(rows, n1, sx0, sx1)
+    x = tl.load(X + xoff[:, None] + cols[None, :], mask=mask, other=float("-inf")).to(CT)
+    if PHASE == 2:
+        M, S64 = _merge_partials(PM, PS, rows, n_chunks, NC)
+        m = M.to(CT)
+        s = S64.to(CT)
+        fin = tl.abs(m) < float("inf")
+        ms = tl.where(fin, m, 0.0)
+        d = x - ms[:, None]
+    else:
+        m = nanmax(x)
+        fin = tl.abs(m) < float("inf")
+        ms = tl.where(fin, m, 0.0)
+        d = x - ms[:, None]
+        e = tl.where(fin[:, None], tl.exp(d), 0.0)
+        s64 = sum_unit(e)
+        if PHASE == 1:
+            poff = rows * n_chunks + tl.program_id(1)
+            tl.store(PM + poff, m.to(tl.float64), mask=rmask)
+            tl.store(PS + poff, s64, mask=rmask)
+            return
+        s = s64.to(CT)
+    if OP == 2:
+        lse = tl.where(fin, ms + tl.log(s), m)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1), to_out(lse, Y.dtype.element_ty), mask=rmask)
+    else:
+        if OP == 0:
+            y = tl.exp(d) / s[:, None]
+        else:
+            y = d - tl.log(s)[:, None]
+        y = tl.where(fin[:, None], y, float("nan"))
+        if Y_COL64:
+            ycol = cols.to(tl.int64) * syc
+        else:
+            ycol = cols * syc
+        yoff = _row_off(rows, n1, sy0, sy1)
+        tl.store(Y + yoff[:, None] + ycol[None, :], to_out(y, Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bwd_kernel(
+    A, G, DX, PS,
+    n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, n_chunks,
+    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, D_COL64: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr,
+):
+    """OP 0: dx = y * (g - sum(y * g)).  OP 1: dx = g - exp(z) * sum(g).  A is y or z."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
+    rmask = rows < n_rows
+    mask = rmask[:, None] & (cols < n_cols)[None, :]
+    aoff = _row_off(rows, n1, sa0, sa1)
+    goff = _row_off(rows, n1, sg0, sg1)
+    other_a = 0.0 if OP == 0 else float("-inf")
+    a = tl.load(A + aoff[:, None] + cols[None, :], mask=mask, other=other_a)
+    g = tl.load(G + goff[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float64)
+    if OP == 0:
+        a = a.to(tl.float64)
+        term = a * g
+    else:
+        term = g
+    if PHASE == 2:
+        c = tl.arange(0, NC)
+        pmask = rmask[:, None] & (c < n_chunks)[None, :]
+        parts = tl.load(PS + rows[:, None] * n_chunks + c[None, :], mask=pmask, other=0.0)
+        tot = sum_scaled(parts)
+    else:
+        tot = sum_scaled(term)
+        if PHASE == 1:
+            tl.store(PS + rows * n_chunks + tl.program_id(1), tot, mask=rmask)
+            return
+    if OP == 0:
+        dx = a * (g - tot[:, None])
+    else:
+        ez = tl.exp(a.to(CT)).to(tl.float64)
+        dx = g - ez * tot[:, None]
+    if D_COL64:
+        dcol = cols.to(tl.int64) * sdc
+    else:
+        dcol = cols * sdc
+    doff = _row_off(rows, n1, sd0, sd1)
+    tl.store(DX + doff[:, None] + dcol[None, :], to_out(dx, DX.dtype.element_ty), mask=mask)
+
+
+JIT_KERNELS = (_fwd_kernel, _bwd_kernel)
+_INT32_MAX = 2**31 - 1
+
+
+def _grid(cfg: L.Config, n_rows: int, phase: int):
+    if phase == WHOLE:
+        return (triton.cdiv(n_rows, cfg.block_r),)
+    return (n_rows, cfg.n_chunks)
+
+
+def _nc(cfg: L.Config) -> int:
+    return max(2, triton.next_power_of_2(cfg.n_chunks)) if cfg.split else 1
+
+
+def _forward(x: torch.Tensor, dim: int, op: int, name: str) -> torch.Tensor:
+    L.check_tensor("x", x, name)
+    d = L.check_dim(dim, x.ndim, name)
+    squeeze = x.ndim == 0
+    xx = x.reshape(1) if squeeze else x
+    if op == LOGSUMEXP:
+        out_dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        shape = xx.shape[:d] + xx.shape[d + 1:]
+        y = torch.empty(shape, dtype=out_dtype, device=x.device)
+    else:
+        y = torch.empty(xx.shape, dtype=x.dtype, device=x.device)
+    plan = L.plan_rows([xx], [(y, op == LOGSUMEXP)], d)
+    if plan.n_rows > 0:
+        if plan.n_cols == 0:
+            if op == LOGSUMEXP:
+                y.fill_(float("-inf"))
+        else:
+            _launch_fwd(plan, y, op, x.dtype)
+    return y.reshape(()) if squeeze else y
+
+
+def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -> None:
+    cfg = L.row_config(plan.n_cols, dtype)
+    (x,) = plan.inputs
+    (sx0, sx1), = plan.in_strides
+    (sy0, sy1), = plan.out_strides
+    syc = plan.out_col_strides[0] or 1
+    f64 = dtype == torch.float64
+    col64 = (plan.n_cols - 1) * syc > _INT32_MAX
+    common = dict(OP=op, F64=f64, Y_COL64=col64, BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
+    args = (plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc, cfg.n_chunks)
+    if not cfg.split:
+        L.note_variant("fwd", PHASE=WHOLE, dtype=str(dtype), **{k: v for k, v in common.items()}, BLOCK_R=cfg.block_r)
+        _fwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](x, y, x, x, *args, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
+        return
+    pm = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=x.device)
+    ps = torch.empty_like(pm)
+    nc = _nc(cfg)
+    for phase in (PARTIAL, FINISH):
+        L.note_variant("fwd", PHASE=phase, dtype=str(dtype), NC=nc, **common)
+        grid = (plan.n_rows, 1) if (phase == FINISH and op == LOGSUMEXP) else (plan.n_rows, cfg.n_chunks)
+        _fwd_kernel[grid](x, y, pm, ps, *args, PHASE=phase, BLOCK_R=1, NC=nc, **common)
+
+
+def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_name: str, g_name: str):
+    L.check_pair(name, a_name, a, g_name, g)
+    d = L.check_dim(dim, a.ndim, name)
+    squeeze = a.ndim == 0
+    aa, gg = (a.reshape(1), g.reshape(1)) if squeeze else (a, g)
+    dx = torch.empty(aa.shape, dtype=a.dtype, device=a.device)
+    plan = L.plan_rows([aa, gg], [(dx, False)], d)
+    if plan.n_rows > 0 and plan.n_cols > 0:
+        cfg = L.row_config(plan.n_cols, a.dtype)
+        ax, gx = plan.inputs
+        (sa0, sa1), (sg0, sg1) = plan.in_strides
+        (sd0, sd1), = plan.out_strides
+        sdc = plan.out_col_strides[0] or 1
+        col64 = (plan.n_cols - 1) * sdc > _INT32_MAX
+        common = dict(OP=op, F64=a.dtype == torch.float64, D_COL64=col64, BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
+        args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
+        if not cfg.split:
+            L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, **common)
+            _bwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](ax, gx, dx, ax, *args, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
+        else:
+            ps = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=a.device)
+            nc = _nc(cfg)
+            for phase in (PARTIAL, FINISH):
+                L.note_variant("bwd", PHASE=phase, dtype=str(a.dtype), NC=nc, **common)
+                _bwd_kernel[(plan.n_rows, cfg.n_chunks)](ax, gx, dx, ps, *args, PHASE=phase, BLOCK_R=1, NC=nc, **common)
+    return dx.reshape(()) if squeeze else dx
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """softmax(x) along dim; output has x's dtype and shape, freshly allocated and contiguous."""
+    return _forward(x, dim, SOFTMAX, "softmax")
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """log(softmax(x)) along dim; output has x's dtype and shape."""
+    return _forward(x, dim, LOG_SOFTMAX, "log_softmax")
+
+
+def logsumexp(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """log(sum(exp(x))) along dim (removed from the shape); float32 for 16/32-bit x, float64 for float64."""
+    return _forward(x, dim, LOGSUMEXP, "logsumexp")
+
+
+def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """VJP of softmax given its output y and the cotangent dy: dx = y * (dy - sum(y * dy))."""
+    return _backward(y, dy, dim, SOFTMAX, "softmax_backward", "y", "dy")
+
+
+def log_softmax_backward(z: torch.Tensor, dz: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """VJP of log_softmax given its output z and the cotangent dz: dx = dz - exp(z) * sum(dz)."""
+    return _backward(z, dz, dim, LOG_SOFTMAX, "log_softmax_backward", "z", "dz")

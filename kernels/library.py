@@ -1,0 +1,78 @@
+"""The forward ops as torch.library custom ops with autograd, so they are differentiable and
+traceable by torch.compile. Backward uses the explicit VJP kernels (first order only)."""
+from __future__ import annotations
+
+import torch
+
+from . import _softmax as _k
+
+_NS = "softmax_props"
+
+
+def _fake_like(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.custom_op(f"{_NS}::softmax", mutates_args=())
+def softmax_op(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return _k.softmax(x, dim)
+
+
+@torch.library.custom_op(f"{_NS}::log_softmax", mutates_args=())
+def log_softmax_op(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return _k.log_softmax(x, dim)
+
+
+@torch.library.custom_op(f"{_NS}::logsumexp", mutates_args=())
+def logsumexp_op(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return _k.logsumexp(x, dim)
+
+
+@softmax_op.register_fake
+def _(x, dim):
+    return _fake_like(x, dim)
+
+
+@log_softmax_op.register_fake
+def _(x, dim):
+    return _fake_like(x, dim)
+
+
+@logsumexp_op.register_fake
+def _(x, dim):
+    d = dim % max(x.ndim, 1)
+    shape = x.shape[:d] + x.shape[d + 1:] if x.ndim else x.shape
+    return torch.empty(shape, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32, device=x.device)
+
+
+def _save_out(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.dim = inputs[1]
+
+
+def _save_in(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.dim = inputs[1]
+
+
+def _softmax_bwd(ctx, grad):
+    (y,) = ctx.saved_tensors
+    return _k.softmax_backward(y.detach(), grad.detach().to(y.dtype), ctx.dim), None
+
+
+def _log_softmax_bwd(ctx, grad):
+    (z,) = ctx.saved_tensors
+    return _k.log_softmax_backward(z.detach(), grad.detach().to(z.dtype), ctx.dim), None
+
+
+def _logsumexp_bwd(ctx, grad):
+    (x,) = ctx.saved_tensors
+    d = ctx.dim % max(x.ndim, 1)
+    y = _k.softmax(x.detach(), ctx.dim)
+    g = grad.detach().unsqueeze(d) if x.ndim else grad.detach()
+    return (y.to(g.dtype) * g).to(x.dtype), None
+
+
+softmax_op.register_autograd(_softmax_bwd, setup_context=_save_out)
+log_softmax_op.register_autograd(_log_softmax_bwd, setup_context=_save_out)
+logsumexp_op.register_autograd(_logsumexp_bwd, setup_context=_save_in)

@@ -1,0 +1,12 @@
+"""FP64 truth for every op, an mpmath oracle that checks it, finite differences, and the
+semantics table of edge rows. Everything reduces over the last axis."""
+from .reference import (
+    fd_grad, log_softmax, log_softmax_backward, logsumexp, row_stats, softmax, softmax_backward,
+)
+from .mp import mp_log_softmax, mp_logsumexp, mp_softmax
+from .semantics import SEMANTICS
+
+__all__ = [
+    "softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward", "row_stats",
+    "fd_grad", "mp_softmax", "mp_log_softmax", "mp_logsumexp", "SEMANTICS",
+]

@@ -1,0 +1,72 @@
+"""FP64 references over the last axis, computed from the same (already rounded) inputs the kernel
+sees. Written out from the definitions rather than calling torch.softmax, so the oracle does not
+share code with a library that a target may wrap. Runs on the inputs' device, in float64.
+
+Edge rows (oracles/semantics.py): a row whose max is not finite (it holds NaN or +inf, or only
+-inf) gives NaN for softmax and log_softmax; logsumexp gives that max (NaN, +inf or -inf).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _f64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(torch.float64)
+
+
+def row_stats(x: torch.Tensor):
+    """(m, finite, d, e, s) per row: max, whether it is finite, x - m, exp(x - m), sum of e."""
+    x = _f64(x)
+    if x.shape[-1] == 0:
+        m = torch.full(x.shape[:-1], float("-inf"), dtype=torch.float64, device=x.device)
+    else:
+        m = torch.amax(x, dim=-1)  # propagates NaN
+        m = torch.where(torch.isnan(x).any(-1), float("nan"), m)
+    fin = torch.isfinite(m)
+    ms = torch.where(fin, m, 0.0)
+    d = x - ms[..., None]
+    e = torch.where(fin[..., None], torch.exp(d), 0.0)
+    s = e.sum(-1)
+    return m, fin, d, e, s
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    m, fin, d, e, s = row_stats(x)
+    return torch.where(fin[..., None], e / s[..., None], float("nan"))
+
+
+def log_softmax(x: torch.Tensor) -> torch.Tensor:
+    m, fin, d, e, s = row_stats(x)
+    return torch.where(fin[..., None], d - torch.log(s)[..., None], float("nan"))
+
+
+def logsumexp(x: torch.Tensor) -> torch.Tensor:
+    m, fin, d, e, s = row_stats(x)
+    return torch.where(fin, torch.where(fin, m, 0.0) + torch.log(s), m)
+
+
+def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """dx = y * (dy - sum(y * dy)): seed 000's VJP, the formula the Jacobian y_i(delta_ij - y_j) gives."""
+    y, g = _f64(y), _f64(dy)
+    return y * (g - (y * g).sum(-1, keepdim=True))
+
+
+def log_softmax_backward(z: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
+    """dx = dz - exp(z) * sum(dz): the Jacobian of log_softmax is delta_ij - softmax_j."""
+    z, g = _f64(z), _f64(dz)
+    return g - torch.exp(z) * g.sum(-1, keepdim=True)
+
+
+def fd_grad(fn, x: torch.Tensor, g: torch.Tensor, cols, h: float = 1e-5) -> torch.Tensor:
+    """Central differences of L(x) = sum(fn(x) * g) in FP64 at the given column of every row
+    (seed 001): dL/dx[..., j] ~ (L(x + h e_j) - L(x - h e_j)) / 2h. Returns shape (*batch, len(cols))."""
+    x, g = _f64(x), _f64(g)
+    out = []
+    for j in cols:
+        xp, xm = x.clone(), x.clone()
+        xp[..., j] += h
+        xm[..., j] -= h
+        lp = (fn(xp) * g).sum(-1)
+        lm = (fn(xm) * g).sum(-1)
+        out.append((lp - lm) / (2 * h))
+    return torch.stack(out, -1)

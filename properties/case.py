@@ -1,0 +1,100 @@
+"""A drawn test case: what it is, how to rebuild it exactly, and how to report a failure on it."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+import oracles
+
+from .ops import OPS
+from .strategies import Input
+
+EXPLICIT_MAX = 64  # tensors up to this many elements are printed value by value
+
+
+def _fmt(v: float) -> str:
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return repr(v)
+
+
+def values_code(V: torch.Tensor, inp: Input, var: str = "V") -> str:
+    """Code that rebuilds the logical values V exactly, as the variable `var`."""
+    dt = f"torch.{str(V.dtype).replace('torch.', '')}"
+    if V.numel() <= EXPLICIT_MAX:
+        flat = ", ".join(_fmt(v) for v in V.double().reshape(-1).tolist())
+        return f"{var} = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)})"
+    return (f"from properties.strategies import Logits\n"
+            f"{var} = {inp.logits!r}.values().reshape({inp.shape})")
+
+
+@dataclass(frozen=True)
+class Case:
+    """op, dtype and the drawn inputs. For an explicit VJP, ``inputs[0]`` holds the forward's
+    logits: its first argument is the FP64 forward of those logits, rounded to dtype."""
+
+    op: str
+    dtype: torch.dtype
+    inputs: tuple  # of Input, one per op argument
+
+    @property
+    def spec(self):
+        return OPS[self.op]
+
+    def logical(self, i: int, device="cpu") -> torch.Tensor:
+        """The i-th argument's values in dtype, before layout."""
+        V = self.inputs[i].values(device)
+        if i == 0 and self.spec.is_vjp:
+            V = OPS[self.spec.forward].oracle(V).to(self.dtype)
+        return V
+
+    def tensors(self, device="cpu") -> list:
+        """Fresh tensors, laid out, in argument order."""
+        return [inp.layout.apply(self.logical(i, device), name)
+                for i, (inp, name) in enumerate(zip(self.inputs, self.spec.args))]
+
+    def family(self) -> str:
+        return "/".join(inp.logits.family for inp in self.inputs)
+
+    def describe(self, device="cpu") -> str:
+        ts = self.tensors(device)
+        parts = [f"op={self.op}", f"dtype={str(self.dtype).replace('torch.', '')}"]
+        for name, t, inp in zip(self.spec.args, ts, self.inputs):
+            parts.append(f"{name}: shape={tuple(t.shape)} strides={tuple(t.stride())} "
+                         f"layout={inp.layout.kind}{'(' + str(inp.layout.k) + ')' if inp.layout.k else ''} "
+                         f"family={inp.logits.family}")
+        return "\n  ".join(parts)
+
+    def reproducer(self, target_name: str, call: str = None) -> str:
+        lines = ["import torch", f"import {target_name} as target"]
+        for i, (inp, name) in enumerate(zip(self.inputs, self.spec.args)):
+            if i == 0 and self.spec.is_vjp:
+                lines.append("import oracles  # the suite's FP64 oracles")
+                lines.append(values_code(inp.values(), inp, var="X"))
+                lines.append(f"V = oracles.{self.spec.forward}(X).to(torch.{str(self.dtype).replace('torch.', '')})")
+            else:
+                lines.append(values_code(inp.values(), inp))
+            lines.append(inp.layout.code(name))
+        args = ", ".join(self.spec.args)
+        lines.append(call or f"out = target.{self.op}({args})")
+        lines.append("print(out)")
+        return "\n".join(lines)
+
+
+class PropertyFailure(AssertionError):
+    pass
+
+
+def fail(invariant: str, case: Case, target, what: str, index=None, expected=None, actual=None, tol=None,
+         call: str = None):
+    msg = [f"[{invariant}] {what}", "  " + case.describe()]
+    if index is not None:
+        msg.append(f"  worst element out{list(index)}: actual={_fmt(float(actual))} expected={_fmt(float(expected))}"
+                   f" tolerance={float(tol):.3g}" if tol is not None else
+                   f"  worst element out{list(index)}: actual={_fmt(float(actual))} expected={_fmt(float(expected))}")
+    msg.append("  reproducer:\n" + "\n".join("    " + line for line in case.reproducer(target.name, call).splitlines()))
+    raise PropertyFailure("\n".join(msg))

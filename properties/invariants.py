@@ -1,0 +1,507 @@
+"""The invariants. Each is one small registered function; its docstring states the law and where
+its bound comes from. ``@invariant(ops...)`` applies it to every listed op the target offers;
+``needs`` names target capabilities ("dim": the function takes ``dim=``, "autograd": its output
+is differentiable). Adding an invariant touches this file only: the runner parametrizes over
+REGISTRY.
+
+Every check receives ``case`` (a drawn Case) and ``target`` (the module under test) and calls
+``fail(...)`` with the worst element and a reproducer when the law does not hold.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from hypothesis import assume, reject
+
+import oracles
+
+from . import tolerances as T
+from .case import Case, fail
+from .ops import OPS
+from .strategies import GRID_SHIFT
+
+FORWARD = ("softmax", "log_softmax", "logsumexp")
+VJP = ("softmax_backward", "log_softmax_backward")
+ALL = FORWARD + VJP
+
+
+@dataclass(frozen=True)
+class Invariant:
+    name: str
+    check: Callable
+    ops: tuple
+    needs: tuple = ()
+    families: tuple = None  # restrict the first input's logit family (None: all)
+    max_cols: int = None  # cap on row length (for checks that cost O(D) evaluations per column)
+
+
+REGISTRY: list = []
+
+
+def invariant(*ops, needs=(), families=None, max_cols=None):
+    def deco(fn):
+        REGISTRY.append(Invariant(fn.__name__, fn, tuple(ops), tuple(needs), families, max_cols))
+        return fn
+    return deco
+
+
+# ----------------------------------------------------------------------------------------------
+# shared helpers
+# ----------------------------------------------------------------------------------------------
+def run(target, op, *tensors, **kw):
+    """Call the target; a declared refusal discards the example, anything else propagates."""
+    try:
+        return target.call(op, *tensors, **kw)
+    except target.refusals:
+        reject()
+
+
+def truth(op: str, dtype, args):
+    """(reference, tolerance) in float64 for op at the given (laid-out) arguments."""
+    a = [t.detach().to(torch.float64) for t in args]
+    D = a[0].shape[-1]
+    dep = T.depth(D)
+    if op in FORWARD:
+        m, fin, d, e, s = oracles.row_stats(a[0])
+        y = torch.where(fin[..., None], e / s[..., None], 0.0)
+        H = torch.where(y > 0, y * d.abs(), 0.0).sum(-1)
+        logs = torch.log(s)
+        ref = OPS[op].oracle(a[0])
+        if op == "softmax":
+            eps = T.softmax_bound(dtype, d, H, dep, ref)
+        elif op == "log_softmax":
+            eps = T.log_softmax_bound(dtype, d, H, dep, logs, ref)
+        else:
+            eps = T.logsumexp_bound(dtype, m, H, dep, logs, ref)
+    elif op == "softmax_backward":
+        y, g = a
+        ref = oracles.softmax_backward(y, g)
+        dot = (y * g).sum(-1)
+        eps = T.softmax_backward_bound(dtype, y, g, dot, (y * g).abs().sum(-1), dep, ref, D)
+    else:
+        z, g = a
+        ref = oracles.log_softmax_backward(z, g)
+        eps = T.log_softmax_backward_bound(dtype, z, g, g.sum(-1), g.abs().sum(-1), dep, ref, D)
+    out_dtype = OPS[op].out_dtype(dtype)
+    return ref, T.total_tolerance(eps, ref, out_dtype, dtype)
+
+
+def worst(bad: torch.Tensor, score: torch.Tensor):
+    """Index of the worst failing element (largest score among the bad ones)."""
+    s = torch.where(bad, torch.nan_to_num(score.double(), nan=math.inf, posinf=math.inf), -1.0)
+    flat = int(torch.argmax(s.reshape(-1)))
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), bad.shape))
+
+
+def assert_close(name, case, target, out, ref, tol, what, call=None):
+    out_dtype = OPS[case.op].out_dtype(case.dtype)
+    bad = T.compare(out, ref, tol, out_dtype)
+    if bool(bad.any()):
+        i = worst(bad, (out.double() - ref).abs() / tol.clamp_min(1e-300))
+        fail(name, case, target, f"{what}: {int(bad.sum())} of {bad.numel()} elements out of bounds",
+             i, ref[i], out[i], tol[i], call)
+
+
+def assert_bitwise(name, case, target, a, b, what, call=None):
+    if a.shape != b.shape or a.dtype != b.dtype:
+        fail(name, case, target, f"{what}: shape/dtype {tuple(a.shape)}/{a.dtype} vs {tuple(b.shape)}/{b.dtype}", call=call)
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    if not bool(same.all()):
+        i = worst(~same, (a.double() - b.double()).abs())
+        fail(name, case, target, f"{what}: {int((~same).sum())} elements differ bitwise", i, b[i], a[i], call=call)
+
+
+def finite_rows(t: torch.Tensor) -> torch.Tensor:
+    return torch.isfinite(t.double()).all(-1)
+
+
+@contextlib.contextmanager
+def poisoned_allocations():
+    """torch.empty and friends return NaN-filled memory (torch's deterministic-mode fill)."""
+    import torch.utils.deterministic as det
+    prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            det.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
+        det.fill_uninitialized_memory = prev[2]
+
+
+def _call_code(case):
+    return f"out = target.{case.op}({', '.join(case.spec.args)})"
+
+
+# ----------------------------------------------------------------------------------------------
+# agreement with the FP64 oracle
+# ----------------------------------------------------------------------------------------------
+@invariant(*ALL)
+def matches_oracle(case: Case, target):
+    """out == FP64 oracle(same rounded inputs) within the tolerance table's derived bound
+    (properties/tolerances.py); NaN exactly where the oracle has NaN, infinities exactly."""
+    args = case.tensors(target.device)
+    out = run(target, case.op, *args)
+    ref, tol = truth(case.op, case.dtype, args)
+    assert_close("matches_oracle", case, target, out, ref, tol, "differs from the FP64 oracle")
+
+
+# ----------------------------------------------------------------------------------------------
+# laws of softmax itself
+# ----------------------------------------------------------------------------------------------
+@invariant("softmax")
+def unit_row_sums(case, target):
+    """sum_i y_i = 1 for every finite row, summed in FP64. Bound: |sum(y) - 1| <= sum_i tol_i
+    (each y_i is within tol_i of the oracle, whose row sums to 1 within D * 2**-53)."""
+    (x,) = case.tensors(target.device)
+    y = run(target, "softmax", x).double()
+    ref, tol = truth("softmax", case.dtype, [x])
+    rows = finite_rows(x) & torch.isfinite(ref).all(-1) if x.shape[-1] else finite_rows(x)
+    err = (y.sum(-1) - 1).abs()
+    bound = tol.sum(-1) + x.shape[-1] * 2.0**-52
+    bad = rows & ~(err <= bound)
+    if x.shape[-1] and bool(bad.any()):
+        i = worst(bad, err / bound)
+        fail("unit_row_sums", case, target, "row does not sum to 1", i, 1.0, y.sum(-1)[i], bound[i])
+
+
+@invariant("softmax", "log_softmax")
+def within_range(case, target):
+    """0 <= softmax <= 1 and log_softmax <= 0, exactly: no rounding can leave these intervals
+    (1/s <= 1 and exp(d) <= 1 for d <= 0 in every correctly rounded arithmetic)."""
+    (x,) = case.tensors(target.device)
+    out = run(target, case.op, x).double()
+    lo, hi = (0.0, 1.0) if case.op == "softmax" else (-math.inf, 0.0)
+    bad = ~torch.isnan(out) & ((out < lo) | (out > hi))
+    if bool(bad.any()):
+        i = worst(bad, out.abs())
+        fail("within_range", case, target, f"value outside [{lo}, {hi}]", i, hi, out[i])
+
+
+@invariant("softmax", "log_softmax", "logsumexp", families=("grid",))
+def shift_invariance(case, target):
+    """softmax(x + c) == softmax(x) and log_softmax likewise, bitwise, when x + c is exact (grid
+    values, strategies.grid_value, and a shift of 37.25, or 37 for bfloat16): then x - max(x) is exactly the same, so a kernel that
+    subtracts the max computes identical values. logsumexp(x + c) - c == logsumexp(x) within the
+    sum of both tolerances (plus the rounding of the subtraction of c)."""
+    (x,) = case.tensors(target.device)
+    c = GRID_SHIFT.get(case.dtype, 37.25)
+    xs = x.double() + c
+    assume(bool((xs.to(case.dtype).double() == xs)[~torch.isnan(xs)].all()))
+    xs = xs.to(case.dtype)
+    a = run(target, case.op, x)
+    b = run(target, case.op, xs)
+    call = f"out = target.{case.op}(x + {c})  # vs target.{case.op}(x)"
+    if case.op == "logsumexp":
+        ref, tol = truth("logsumexp", case.dtype, [x])
+        _, tol2 = truth("logsumexp", case.dtype, [xs])
+        tol = tol + tol2 + T.ulp(ref.abs() + abs(c), a.dtype)
+        assert_close("shift_invariance", case, target, b.double() - c, a.double(), tol,
+                     f"logsumexp(x + {c}) - {c} != logsumexp(x)", call)
+    else:
+        assert_bitwise("shift_invariance", case, target, b, a, f"{case.op}(x + {c}) != {case.op}(x)", call)
+
+
+@invariant("softmax", "log_softmax", "logsumexp")
+def permutation_equivariance(case, target):
+    """op(x[..., p]) == op(x)[..., p] (logsumexp: unchanged) for a reversal-and-rotation p of the
+    columns. Summation order may differ, so each side is held to its oracle bound: |a - b| <= 2 tol."""
+    (x,) = case.tensors(target.device)
+    D = x.shape[-1]
+    assume(D >= 2)
+    p = torch.roll(torch.arange(D - 1, -1, -1, device=x.device), D // 3)
+    a = run(target, case.op, x[..., p])
+    b = run(target, case.op, x)
+    ref, tol = truth(case.op, case.dtype, [x])
+    if case.op != "logsumexp":
+        b, ref, tol = b[..., p], ref[..., p], tol[..., p]
+    assert_close("permutation_equivariance", case, target, a.double(), b.double(), 2 * tol,
+                 "permuting the columns changed the result", "p = ...  # reversed then rolled by D // 3\n"
+                 f"out = target.{case.op}(x[..., p])")
+
+
+@invariant("softmax", "log_softmax")
+def order_preserving(case, target):
+    """x_i <= x_j implies y_i <= y_j (and equal logits give equal outputs), exactly: exp, log and
+    division by a common s are monotone under correct rounding."""
+    (x,) = case.tensors(target.device)
+    assume(x.shape[-1] >= 2)
+    out = run(target, case.op, x).double()
+    xs, idx = torch.sort(x.double(), dim=-1)
+    ys = torch.gather(out, -1, idx)
+    rows = finite_rows(x) & ~torch.isnan(out).any(-1)
+    step_bad = (ys[..., 1:] < ys[..., :-1]) | ((xs[..., 1:] == xs[..., :-1]) & (ys[..., 1:] != ys[..., :-1]))
+    bad = step_bad & rows[..., None]
+    if bool(bad.any()):
+        i = worst(bad, (ys[..., :-1] - ys[..., 1:]).abs())
+        fail("order_preserving", case, target, "a larger logit got a smaller output (in sorted order)",
+             i, ys[..., :-1][i], ys[..., 1:][i])
+
+
+@invariant("softmax", "log_softmax", families=("constant",))
+def constant_row_uniform(case, target):
+    """A constant finite row gives 1/D (log_softmax: -log D), within the oracle bound (here
+    d = 0, H = 0, so only the sum's depth and the final rounding remain)."""
+    (x,) = case.tensors(target.device)
+    assume(x.shape[-1] >= 1 and bool(torch.isfinite(x.double()).all()))
+    out = run(target, case.op, x)
+    D = x.shape[-1]
+    ref = torch.full(out.shape, 1.0 / D if case.op == "softmax" else -math.log(D), dtype=torch.float64,
+                     device=out.device)
+    _, tol = truth(case.op, case.dtype, [x])
+    assert_close("constant_row_uniform", case, target, out, ref, tol, "constant row is not uniform")
+
+
+@invariant("log_softmax", families=("moderate", "huge", "grid", "one_hot", "constant", "neg_inf_blocks"))
+def log_softmax_is_x_minus_logsumexp(case, target):
+    """log_softmax(x) == x - logsumexp(x) (each from the target), within tol(log_softmax) +
+    tol(logsumexp) + rounding of the subtraction (u |x - lse|, in float64 here)."""
+    (x,) = case.tensors(target.device)
+    assume(target.has("logsumexp") and x.shape[-1] >= 1)
+    z = run(target, "log_softmax", x).double()
+    lse = run(target, "logsumexp", x).double()
+    rhs = x.double() - lse[..., None]
+    _, tz = truth("log_softmax", case.dtype, [x])
+    _, tl_ = truth("logsumexp", case.dtype, [x])
+    tol = tz + tl_[..., None] + T.ulp(rhs, case.dtype)
+    rows = finite_rows(x)
+    rhs = torch.where(rows[..., None], rhs, z)  # edge rows are the oracle invariant's business
+    assert_close("log_softmax_is_x_minus_logsumexp", case, target, z, rhs, tol,
+                 "log_softmax(x) != x - logsumexp(x)", "out = target.log_softmax(x) - (x - target.logsumexp(x)[..., None])")
+
+
+@invariant("log_softmax")
+def exp_log_softmax_is_softmax(case, target):
+    """exp(log_softmax(x)) == softmax(x), within tol(softmax) + exp(z) * tol(log_softmax) * (1 + tol)
+    (the first-order effect of z's error through exp)."""
+    (x,) = case.tensors(target.device)
+    assume(target.has("softmax"))
+    z = run(target, "log_softmax", x).double()
+    y = run(target, "softmax", x).double()
+    _, tz = truth("log_softmax", case.dtype, [x])
+    _, ty = truth("softmax", case.dtype, [x])
+    ez = torch.exp(z)
+    tol = ty + ez * torch.expm1(tz.clamp_max(700))
+    tol = torch.nan_to_num(tol, nan=math.inf)
+    assert_close("exp_log_softmax_is_softmax", case, target, ez, y, tol, "exp(log_softmax(x)) != softmax(x)",
+                 "out = target.log_softmax(x).exp() - target.softmax(x)")
+
+
+# ----------------------------------------------------------------------------------------------
+# explicit VJPs
+# ----------------------------------------------------------------------------------------------
+@invariant(*VJP)
+def vjp_rows_sum_to_zero(case, target):
+    """The VJP of a shift-invariant map sums to zero over each row. With the given (rounded) y:
+    sum(dx) = dot * (1 - sum(y)) exactly (softmax); sum(dz) * (1 - sum(exp z)) (log_softmax).
+    Bound: that term (computed in FP64) + sum_i tol_i."""
+    a, g = case.tensors(target.device)
+    dx = run(target, case.op, a, g).double()
+    ref, tol = truth(case.op, case.dtype, [a, g])
+    a64, g64 = a.double(), g.double()
+    if case.op == "softmax_backward":
+        expected = (a64 * g64).sum(-1) * (1 - a64.sum(-1))
+    else:
+        expected = g64.sum(-1) * (1 - torch.exp(a64).sum(-1))
+    rows = finite_rows(a) & finite_rows(g) & torch.isfinite(ref).all(-1)
+    total = dx.sum(-1)
+    bound = tol.sum(-1) + 4 * a.shape[-1] * 2.0**-53 * (ref.abs().sum(-1) + expected.abs())
+    bad = rows & ~((total - expected).abs() <= bound)
+    if a.shape[-1] and bool(bad.any()):
+        i = worst(bad, (total - expected).abs() / bound)
+        fail("vjp_rows_sum_to_zero", case, target, "VJP row does not sum to its exact value (about 0)",
+             i, expected[i], total[i], bound[i])
+
+
+@invariant(*VJP, families=("moderate", "grid", "one_hot", "constant", "neg_inf_blocks", "huge"))
+def vjp_matches_fp64_autograd(case, target):
+    """VJP(y_r, g) == torch FP64 autograd of the forward at x, where y_r is the forward rounded to
+    dtype. Bound: tol(VJP at y_r) + the effect of rounding y: |dy_i| |g_i - dot| + y_i sum_j |dy_j||g_j|
+    (softmax) or exp(z_i)|dz_i| |sum g| (log_softmax), |dy_j| <= half an ulp of dtype."""
+    x = case.inputs[0].values(target.device).double().requires_grad_(True)
+    assume(x.shape[-1] >= 1 and bool(torch.isfinite(x).all()))
+    a, g = case.tensors(target.device)
+    dx = run(target, case.op, a, g)
+    fwd = torch.softmax if case.op == "softmax_backward" else torch.log_softmax
+    out64 = fwd(x, -1)
+    g_log = case.logical(1, target.device).double()
+    assume(bool(torch.isfinite(g_log).all()))
+    (auto,) = torch.autograd.grad(out64, x, g_log)
+    a64 = a.double()
+    _, tol = truth(case.op, case.dtype, [a, g])
+    half_ulp = 0.5 * T.ulp(out64.detach(), case.dtype)
+    if case.op == "softmax_backward":
+        y = out64.detach()
+        dot = (y * g_log).sum(-1, keepdim=True)
+        extra = half_ulp * (g_log - dot).abs() + y * (half_ulp * g_log.abs()).sum(-1, keepdim=True)
+    else:
+        ez = torch.exp(out64.detach())
+        extra = ez * half_ulp * g_log.sum(-1, keepdim=True).abs() * 1.01
+    extra = extra.reshape(auto.shape)
+    if a.shape != auto.shape:  # expanded layout on y: compare against the broadcast
+        auto = auto.expand(a.shape)
+        extra = extra.expand(a.shape)
+    assert_close("vjp_matches_fp64_autograd", case, target, dx, auto.detach(), tol + extra,
+                 "VJP differs from FP64 autograd")
+
+
+@invariant(*VJP, families=("moderate", "grid", "one_hot", "constant"), max_cols=16)
+def vjp_matches_finite_differences(case, target):
+    """VJP(y_r, g)_j == (L(x + h e_j) - L(x - h e_j)) / 2h, L = sum(forward64(x) * g), h = 1e-5
+    (seed 001). Bound: VJP tolerance + rounding-of-y effect (as for autograd) + truncation
+    h^2/6 * 2 sum|g| (third derivatives of softmax are below 1 in total) + roundoff: the error of
+    each FP64 evaluation of L, (log2 D + 8) 2**-53 sum_i |g_i| (|out_i| + |d_i| + 2), over h."""
+    xv = case.inputs[0].values(target.device).double()
+    assume(xv.numel() >= 1 and bool(torch.isfinite(xv).all()) and float(xv.abs().max()) < 1e4)
+    a, g = case.tensors(target.device)
+    g_log = case.inputs[1].values(target.device).double()
+    assume(bool(torch.isfinite(g_log).all()) and float(g_log.abs().max()) < 1e30 and a.shape == xv.shape)
+    dx = run(target, case.op, a, g).double()
+    fwd = oracles.softmax if case.op == "softmax_backward" else oracles.log_softmax
+    cols = sorted({0, xv.shape[-1] // 2, xv.shape[-1] - 1})
+    fd = oracles.fd_grad(fwd, xv, g_log, cols)
+    _, tol = truth(case.op, case.dtype, [a, g])
+    y = oracles.softmax(xv)
+    h = 1e-5
+    sg = g_log.abs().sum(-1, keepdim=True)
+    half_ulp = 0.5 * T.ulp(fwd(xv), case.dtype)
+    if case.op == "softmax_backward":
+        dot = (y * g_log).sum(-1, keepdim=True)
+        rnd = half_ulp * (g_log - dot).abs() + y * (half_ulp * g_log.abs()).sum(-1, keepdim=True)
+    else:
+        rnd = y * half_ulp * g_log.sum(-1, keepdim=True).abs() * 1.01
+    # each L(x +- h e_j) is off by at most (log2 D + 8) u sum_i |g_i| (|out_i| + |d_i| + 2) in FP64
+    d = xv - xv.max(-1, keepdim=True).values
+    l_err = (math.log2(xv.shape[-1]) + 8) * 2.0**-53 * (g_log.abs() * (fwd(xv).abs() + d.abs() + 2)).sum(-1, keepdim=True)
+    fd_err = h * h / 3 * sg + l_err / h
+    bound = (tol + rnd)[..., cols] + fd_err
+    assert_close("vjp_matches_finite_differences", case, target, dx[..., cols], fd, bound,
+                 f"VJP differs from central differences at columns {cols}")
+
+
+@invariant("softmax", "log_softmax", "logsumexp", needs=("autograd",), families=("moderate", "grid", "one_hot"),
+           max_cols=12)
+def gradcheck_float64(case, target):
+    """torch.autograd.gradcheck of the differentiable op in float64 (finite differences against
+    the registered backward, torch's own tolerances atol=1e-5, rtol=1e-3)."""
+    assume(case.dtype == torch.float64)
+    (x,) = case.tensors(target.device)
+    assume(0 < x.numel() <= 64 and bool(torch.isfinite(x).all()))
+    x = x.detach().contiguous().requires_grad_(True)  # gradcheck perturbs in place: no stride-0 axes
+    try:
+        ok = torch.autograd.gradcheck(lambda t: run(target, case.op, t), (x,), eps=1e-6, atol=1e-5, rtol=1e-3,
+                                      raise_exception=True)
+    except RuntimeError as e:  # torch's GradcheckError
+        fail("gradcheck_float64", case, target, f"gradcheck failed: {str(e).splitlines()[0]}",
+             call=f"torch.autograd.gradcheck(target.{case.op}, (x.double().requires_grad_(),))")
+    assert ok
+
+
+# ----------------------------------------------------------------------------------------------
+# memory, layout and determinism
+# ----------------------------------------------------------------------------------------------
+@invariant(*ALL)
+def layout_invariance(case, target):
+    """A strided input gives bitwise the same result as its contiguous copy: the values are the
+    same, so only the summation order could differ, and a kernel whose order depends on the
+    memory layout gives callers results that change with how a tensor happens to be stored."""
+    args = case.tensors(target.device)
+    assume(any(not t.is_contiguous() for t in args))
+    a = run(target, case.op, *args)
+    b = run(target, case.op, *[t.contiguous() for t in args])
+    assert_bitwise("layout_invariance", case, target, a, b, "strided input differs from its contiguous copy",
+                   call=f"out = target.{case.op}({', '.join(a_ for a_ in case.spec.args)})  # vs the same on .contiguous() copies")
+
+
+@invariant(*ALL)
+def inputs_unmodified(case, target):
+    """The op leaves its inputs bitwise unchanged (NaN gaps of strided buffers included)."""
+    args = case.tensors(target.device)
+    bases = [t._base if t._base is not None else t for t in args]
+    before = [b.clone() for b in bases]
+    run(target, case.op, *args)
+    for b0, b1 in zip(before, bases):
+        assert_bitwise("inputs_unmodified", case, target, b1, b0, "an input (or its storage) was modified")
+
+
+@invariant(*ALL)
+def all_outputs_written(case, target):
+    """Under NaN-poisoned allocations (torch.empty returns NaN), the output has NaN exactly where
+    the FP64 oracle has: an element the kernel forgot to write stays NaN."""
+    args = case.tensors(target.device)
+    with poisoned_allocations():
+        out = run(target, case.op, *args)
+    ref, _ = truth(case.op, case.dtype, args)
+    bad = torch.isnan(out.double()) != torch.isnan(ref)
+    if bool(bad.any()):
+        i = worst(bad, torch.ones_like(ref))
+        fail("all_outputs_written", case, target, "NaN pattern differs from the oracle under poisoned allocations",
+             i, ref[i], out[i])
+
+
+@invariant(*ALL)
+def deterministic(case, target):
+    """Two calls on the same input give bitwise equal results."""
+    args = case.tensors(target.device)
+    a = run(target, case.op, *args)
+    b = run(target, case.op, *args)
+    assert_bitwise("deterministic", case, target, b, a, "repeat call differs")
+
+
+@invariant(*ALL)
+def row_independence(case, target):
+    """Each row's result depends on that row alone: overwriting every other row (with NaN, inf and
+    huge values) leaves row 0 of the output bitwise unchanged."""
+    args = case.tensors(target.device)
+    lead = args[0].shape[:-1]
+    assume(len(lead) >= 1 and math.prod(lead) >= 2 and args[0].shape[-1] >= 1)
+    a = run(target, case.op, *args)
+    junk = [float("nan"), float("inf"), -float("inf"), torch.finfo(case.dtype).max]
+    poisoned = []
+    for t in args:
+        p = t.contiguous().clone().reshape(-1, t.shape[-1])
+        for r in range(1, p.shape[0]):
+            p[r] = junk[r % len(junk)]
+        poisoned.append(p.reshape(t.shape))
+    b = run(target, case.op, *poisoned)
+    a0 = a.reshape(-1, *a.shape[len(lead):])[0]
+    b0 = b.reshape(-1, *b.shape[len(lead):])[0]
+    assert_bitwise("row_independence", case, target, b0, a0, "row 0 changed when other rows changed",
+                   call=f"out = target.{case.op}(...)  # rows 1.. replaced by nan/inf/-inf/max")
+
+
+@invariant(*ALL)
+def output_dtype_and_shape(case, target):
+    """Output dtype: the input's (logsumexp: float32 for 16/32-bit input, float64 for float64);
+    shape: the input's (logsumexp: without the last axis); device: the input's."""
+    args = case.tensors(target.device)
+    out = run(target, case.op, *args)
+    want_shape = args[0].shape[:-1] if OPS[case.op].reduces else args[0].shape
+    want_dtype = OPS[case.op].out_dtype(case.dtype)
+    if not isinstance(out, torch.Tensor) or out.shape != want_shape or out.dtype != want_dtype or out.device != args[0].device:
+        got = (tuple(out.shape), out.dtype, out.device) if isinstance(out, torch.Tensor) else type(out)
+        fail("output_dtype_and_shape", case, target,
+             f"expected shape {tuple(want_shape)}, dtype {want_dtype}, device {args[0].device}; got {got}")
+
+
+@invariant(*ALL, needs=("dim",))
+def dim_argument(case, target):
+    """op(x.movedim(-1, k), dim=k) == op(x) with the axis moved back, bitwise, for every k and
+    for negative k: reducing a non-last axis is the same computation on the same rows."""
+    args = case.tensors(target.device)
+    nd = args[0].ndim
+    assume(nd >= 2)
+    base = run(target, case.op, *args)
+    for k in range(nd):
+        moved = [t.movedim(-1, k) for t in args]
+        for dim in (k, k - nd):
+            out = run(target, case.op, *moved, dim=dim)
+            if not OPS[case.op].reduces:
+                out = out.movedim(k, -1)
+            assert_bitwise("dim_argument", case, target, out, base, f"dim={dim} differs from the last-axis result",
+                           call=f"out = target.{case.op}(*[t.movedim(-1, {k}) for t in ({', '.join(case.spec.args)},)], dim={dim})")

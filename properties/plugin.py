@@ -1,0 +1,113 @@
+"""The pytest plugin: options, marker, Hypothesis profiles, report header and summary.
+
+* ``--target MODULE``: the module under test (default: the project's ``kernels``).
+* the ``properties`` marker is registered here and applied to every test under properties/.
+* profiles: ``ci`` (CPU interpreter: deterministic, small shapes), ``dev``, ``gpu`` (default when
+  CUDA is present: 1,000 examples per property), ``nightly`` (10,000, and reports the largest ULP
+  error found per op and dtype, which ``hypothesis.target`` steers towards).
+  Choose with Hypothesis's own ``--hypothesis-profile``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+
+import pytest
+import torch
+from hypothesis import HealthCheck, Phase, settings
+
+from . import strategies as S
+
+_COMMON = dict(deadline=None, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
+                                      HealthCheck.function_scoped_fixture])
+settings.register_profile("ci", max_examples=12, derandomize=True, **_COMMON)
+settings.register_profile("dev", max_examples=100, **_COMMON)
+settings.register_profile("gpu", max_examples=1000, **_COMMON)
+settings.register_profile("nightly", max_examples=10000, **_COMMON)
+
+LIMITS = {  # shape limits per profile: (max_rows, max_cols, long_cols)
+    "ci": S.Limits(max_rows=6, max_cols=1100, long_cols=2100),
+    "dev": S.Limits(max_rows=8, max_cols=4200, long_cols=20000),
+    "gpu": S.Limits(max_rows=16, max_cols=70000, long_cols=1_100_000),
+    "nightly": S.Limits(max_rows=32, max_cols=70000, long_cols=1_100_000),
+}
+
+# largest ULP error seen by matches_oracle, per (op, dtype): printed in the summary
+WORST_ULP: dict = defaultdict(float)
+STATS = defaultdict(lambda: [0, 0.0])  # test id -> [examples, seconds]
+
+
+def _profile_name(config) -> str:
+    name = config.getoption("hypothesis_profile", None)
+    if name:
+        return name
+    get = getattr(settings, "get_current_profile_name", None)
+    return get() if get else getattr(settings, "_current_profile", "default")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("softmax-properties", "softmax-family property suite")
+    group.addoption("--target", default="kernels", metavar="MODULE",
+                    help="importable module whose softmax/log_softmax/logsumexp/... are tested (default: kernels)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "properties: property-based correctness tests of softmax-family kernels")
+    if not config.getoption("hypothesis_profile", None):
+        settings.load_profile("gpu" if torch.cuda.is_available() else "ci")
+    prof = _profile_name(config)
+    lim = LIMITS.get(prof, LIMITS["dev"])
+    for k, v in vars(lim).items():
+        setattr(S.LIMITS, k, v)
+    config._softmax_profile = prof
+
+
+def pytest_collection_modifyitems(config, items):
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.properties)
+
+
+def pytest_report_header(config):
+    import triton
+    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (Triton interpreter)"
+    return [f"softmax-properties: device={dev} torch={torch.__version__} triton={triton.__version__} "
+            f"profile={config._softmax_profile} target={config.getoption('target')} "
+            f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}"]
+
+
+@pytest.fixture(scope="session")
+def target(pytestconfig):
+    from .ops import Target
+    t = Target(pytestconfig.getoption("target"))
+    t.device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
+    b = getattr(t.module, "block_boundaries", None)
+    if callable(b):
+        S.BOUNDARIES.values = tuple(b())
+    return t
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    tr = terminalreporter
+    if STATS:
+        tr.section("softmax-properties: examples per property")
+        total_n = total_t = 0
+        for name, (n, t) in sorted(STATS.items()):
+            total_n += n
+            total_t += t
+            tr.write_line(f"{name:70s} {n:6d} examples {n / max(t, 1e-9):9.1f}/s")
+        tr.write_line(f"{'all':70s} {total_n:6d} examples {total_n / max(total_t, 1e-9):9.1f}/s  ({total_t:.1f}s)")
+    if WORST_ULP:
+        tr.section("softmax-properties: largest error found, in ulps of the output dtype")
+        for (op, dt), v in sorted(WORST_ULP.items()):
+            tr.write_line(f"{op:24s} {dt:10s} {v:12.3f}")
+    try:
+        import kernels
+        from kernels import _launch
+        tr.write_line(f"kernel variants requested: {len(_launch.VARIANTS)}; "
+                      f"Triton compilations: {kernels.compiled_kernel_count()}")
+    except Exception as e:  # pragma: no cover
+        tr.write_line(f"(no compile count: {e})")

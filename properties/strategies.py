@@ -1,0 +1,369 @@
+"""Every Hypothesis strategy of the suite, in one module.
+
+A tensor is drawn as a *recipe*, not as an array: a ``Logits`` block is a cheap fill (a constant,
+or a seeded normal / grid / bit-pattern fill) plus a few explicit patches (a value over a column
+range of one row). A 65,537-long row costs a handful of draws, and shrinking removes patches,
+shortens the row, and turns the fill into a constant -- so a failure ends as a small tensor that
+prints in full. A ``Layout`` turns the logical values into the strided tensor the target sees,
+from a line of torch code that is also what the reproducer prints: the two cannot disagree.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from hypothesis import strategies as st
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+_BITS_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+_PRECISION = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24, torch.float64: 53}
+
+
+@dataclass
+class Limits:
+    """Shape limits of the active profile (set by the plugin from the Hypothesis profile)."""
+    max_rows: int = 8
+    max_cols: int = 2100
+    long_cols: int = 4200  # an occasional long row up to this length
+    fd_max_cols: int = 16
+
+
+LIMITS = Limits()
+
+
+def _f64_to(v: torch.Tensor, dtype) -> torch.Tensor:
+    return v.to(dtype)
+
+
+def dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _dtype(name: str):
+    return getattr(torch, name)
+
+
+# ----------------------------------------------------------------------------------------------
+# scalar values, each exactly representable in the dtype
+# ----------------------------------------------------------------------------------------------
+def from_bits(bits: int, dtype) -> float:
+    n = dtype.itemsize * 8
+    if bits >= 2 ** (n - 1):
+        bits -= 2**n
+    return float(torch.tensor([bits], dtype=_BITS_VIEW[dtype.itemsize]).view(dtype).to(torch.float64))
+
+
+def any_value(dtype):
+    """Every representable value of the dtype, NaN, infinities and subnormals included."""
+    if dtype.itemsize == 2:
+        return st.integers(0, 2**16 - 1).map(lambda b: from_bits(b, dtype))
+    return st.floats(width=dtype.itemsize * 8)
+
+
+def rounded(dtype, lo, hi):
+    return st.floats(lo, hi).map(lambda v: float(torch.tensor(v, dtype=torch.float64).to(dtype).double()))
+
+
+def moderate_value(dtype):
+    return rounded(dtype, -30.0, 30.0)
+
+
+def huge_value(dtype):
+    mx = torch.finfo(dtype).max
+    return st.one_of(st.sampled_from([mx, -mx]), rounded(dtype, -mx, mx))
+
+
+def subnormal_value(dtype):
+    p = _PRECISION[dtype]
+    n = dtype.itemsize * 8
+    return st.tuples(st.integers(1, 2 ** (p - 1) - 1), st.booleans()).map(
+        lambda t: from_bits(t[0] + (2 ** (n - 1) if t[1] else 0), dtype)
+    )
+
+
+def grid_step(dtype) -> float:
+    """Grid values are multiples of this step in [-64 * 4 * step, ...]: with |shift| <= 64 the
+    shifted values still fit the dtype's significand (bfloat16 has 8 bits: integers up to 32)."""
+    return 1.0 if dtype == torch.bfloat16 else 0.25
+
+
+GRID_SHIFT = {torch.bfloat16: 37.0}  # the exact shift used by shift_invariance (others: 37.25)
+
+
+def grid_value(dtype):
+    span = 32 if dtype == torch.bfloat16 else 256
+    return st.integers(-span, span).map(lambda k: k * grid_step(dtype))
+
+
+# ----------------------------------------------------------------------------------------------
+# Logits: a cheap recipe for a (rows, cols) block
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Logits:
+    """(rows, cols) values of one dtype: ``fill`` everywhere, then each patch
+    ``(row, start, stop, value)`` written over ``[row, start:stop]`` (row -1: every row)."""
+
+    rows: int
+    cols: int
+    dtype: str
+    fill: tuple = ("const", 0.0)
+    patches: tuple = ()
+    family: str = field(default="moderate", compare=False)
+
+    def values(self, device="cpu") -> torch.Tensor:
+        dtype = _dtype(self.dtype)
+        kind, *args = self.fill
+        shape = (self.rows, self.cols)
+        if kind == "const":
+            v = torch.full(shape, float(args[0]), dtype=torch.float64)
+        elif kind == "normal":
+            seed, scale = args
+            v = torch.from_numpy(np.random.default_rng(seed).standard_normal(shape) * scale)
+        elif kind == "grid":
+            seed, span = args
+            span = min(span, 32) if dtype == torch.bfloat16 else span
+            v = torch.from_numpy(np.random.default_rng(seed).integers(-span, span + 1, shape) * grid_step(dtype))
+        elif kind in ("bits", "subnormal"):
+            (seed,) = args
+            n = dtype.itemsize * 8
+            rng = np.random.default_rng(seed)
+            if kind == "bits":
+                raw = rng.integers(0, 2**n, shape, dtype=np.uint64)
+            else:
+                p = _PRECISION[dtype]
+                raw = rng.integers(0, 2 ** (p - 1), shape, dtype=np.uint64) | (
+                    rng.integers(0, 2, shape, dtype=np.uint64) << np.uint64(n - 1))
+            signed = raw.astype(np.int64) if n == 64 else np.where(raw >= 2 ** (n - 1), raw.astype(np.int64) - 2**n, raw.astype(np.int64))
+            bits = torch.from_numpy(np.asarray(signed, dtype=np.int64)).to(_BITS_VIEW[dtype.itemsize])
+            v = bits.view(dtype).to(torch.float64)
+        else:  # pragma: no cover
+            raise ValueError(f"unknown fill {kind!r}")
+        mx = torch.finfo(dtype).max
+        v = torch.where(v.isfinite(), v.clamp(-mx, mx), v)
+        for row, start, stop, value in self.patches:
+            if row < 0:
+                v[:, start:stop] = value
+            elif row < self.rows:
+                v[row, start:stop] = value
+        return v.to(dtype).to(device)
+
+
+FAMILIES = ("moderate", "huge", "special", "neg_inf_blocks", "neg_inf_rows", "constant",
+            "one_hot", "subnormal", "grid", "bits")
+
+
+@st.composite
+def _patches(draw, rows, cols, value, max_patches=3, max_len=1):
+    out = []
+    for _ in range(draw(st.integers(0, max_patches), label="n_patches")):
+        r = draw(st.integers(0, max(rows - 1, 0)))
+        a = draw(st.integers(0, max(cols - 1, 0)))
+        n = draw(st.integers(1, max_len)) if max_len > 1 else 1
+        out.append((r, a, min(cols, a + n), draw(value)))
+    return tuple(out)
+
+
+@st.composite
+def logits(draw, rows, cols, dtype, families=FAMILIES, boundaries=()):
+    """A Logits recipe of one logit family (see FAMILIES)."""
+    fam = draw(st.sampled_from(families), label="family")
+    dn = dtype_name(dtype)
+    seed = st.integers(0, 2**16)
+    normal = st.tuples(st.just("normal"), seed, st.sampled_from([1.0, 3.0, 10.0]))
+    const = lambda vals: vals.map(lambda v: ("const", v))
+    if fam == "moderate":
+        fill = draw(st.one_of(const(moderate_value(dtype)), normal))
+        patches = draw(_patches(rows, cols, moderate_value(dtype)))
+    elif fam == "huge":
+        mx = torch.finfo(dtype).max
+        fill = draw(st.one_of(const(huge_value(dtype)), normal,
+                              st.tuples(st.just("normal"), seed, st.sampled_from([1e4, mx / 8]))))
+        patches = draw(_patches(rows, cols, huge_value(dtype)))
+    elif fam == "special":
+        fill = draw(st.one_of(const(moderate_value(dtype)), normal))
+        patches = draw(_patches(rows, cols, st.sampled_from([math.inf, -math.inf, math.nan]), max_patches=4))
+    elif fam == "neg_inf_blocks":
+        fill = draw(normal)
+        starts = [0] + [b for b in boundaries if b < cols]
+        out = []
+        for _ in range(draw(st.integers(1, 3))):
+            r = draw(st.integers(-1, max(rows - 1, 0)))
+            a = draw(st.sampled_from(starts)) if draw(st.booleans()) else draw(st.integers(0, max(cols - 1, 0)))
+            n = draw(st.sampled_from([b for b in boundaries] + [1, cols]))
+            out.append((r, a, min(cols, a + n), -math.inf))
+        patches = tuple(out)
+    elif fam == "neg_inf_rows":
+        fill = draw(normal)
+        rs = draw(st.lists(st.integers(0, max(rows - 1, 0)), min_size=1, max_size=3))
+        patches = tuple((r, 0, cols, -math.inf) for r in rs)
+        patches += draw(_patches(rows, cols, moderate_value(dtype), max_patches=1))
+    elif fam == "constant":
+        fill = draw(const(st.one_of(moderate_value(dtype), huge_value(dtype), subnormal_value(dtype))))
+        patches = ()
+    elif fam == "one_hot":
+        low = draw(st.one_of(st.sampled_from([-30.0, -1e4]), moderate_value(dtype), st.just(-math.inf)))
+        fill = ("const", float(torch.tensor(low).to(dtype).double()))
+        hi = draw(moderate_value(dtype).map(lambda v: abs(v) + 1.0))
+        cols_hot = draw(st.lists(st.integers(0, max(cols - 1, 0)), min_size=1, max_size=rows or 1))
+        patches = tuple((i, c, c + 1, float(torch.tensor(hi).to(dtype).double())) for i, c in enumerate(cols_hot))
+    elif fam == "subnormal":
+        fill = draw(st.one_of(const(subnormal_value(dtype)), st.tuples(st.just("subnormal"), seed)))
+        patches = draw(_patches(rows, cols, subnormal_value(dtype)))
+    elif fam == "grid":
+        fill = draw(st.one_of(const(grid_value(dtype)), st.tuples(st.just("grid"), seed, st.sampled_from([8, 256]))))
+        patches = draw(_patches(rows, cols, grid_value(dtype)))
+    elif fam == "bits":
+        fill = draw(st.one_of(const(any_value(dtype)), st.tuples(st.just("bits"), seed)))
+        patches = draw(_patches(rows, cols, any_value(dtype)))
+    else:  # pragma: no cover
+        raise ValueError(fam)
+    return Logits(rows, cols, dn, tuple(fill), tuple(patches), family=fam)
+
+
+# ----------------------------------------------------------------------------------------------
+# shapes
+# ----------------------------------------------------------------------------------------------
+def special_lengths(boundaries, limit):
+    out = {1, 2, 3, 4, 5, 7, 8, 9}
+    for b in boundaries:
+        out |= {b - 1, b, b + 1}
+    k = 1
+    while 2**k <= limit + 1:
+        out |= {2**k - 1, 2**k, 2**k + 1}
+        k += 1
+    return sorted(v for v in out if 1 <= v <= limit)
+
+
+def row_lengths(boundaries, allow_empty=True):
+    """Row lengths biased to 1, 2, 2^k +- 1 and every block boundary of the kernels, with an
+    occasional long row and (last, so shrinking avoids it) the empty row."""
+    lim = LIMITS
+    opts = [st.sampled_from(special_lengths(boundaries, lim.max_cols)), st.integers(1, lim.max_cols)]
+    if lim.long_cols > lim.max_cols:
+        opts.append(st.sampled_from(special_lengths(boundaries, lim.long_cols)))
+    if allow_empty:
+        opts.append(st.just(0))
+    return st.one_of(*opts)
+
+
+def batch_shapes(allow_empty=True):
+    """Leading shape: mostly one row axis, sometimes none or two, rarely empty (shrinks to (1,))."""
+    lim = LIMITS
+    rows = st.integers(1, lim.max_rows)
+    opts = [rows.map(lambda r: (r,)), st.just(()),
+            st.tuples(st.integers(1, 3), st.integers(1, max(1, lim.max_rows // 2)))]
+    if allow_empty:
+        opts.append(st.sampled_from([(0,), (2, 0)]))
+    return st.one_of(*opts)
+
+
+# ----------------------------------------------------------------------------------------------
+# layouts: how the logical values are laid out in memory
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    """A named layout and its parameter; ``code`` builds tensor ``{name}`` from values ``V``."""
+
+    kind: str = "contiguous"
+    k: int = 0
+
+    def code(self, name: str) -> str:
+        nan_full = "torch.full({shape}, float('nan'), dtype=V.dtype, device=V.device)"
+        if self.kind == "contiguous":
+            return f"{name} = V.clone()"
+        if self.kind == "row_padded":  # every row padded with k NaN columns
+            return (f"base = {nan_full.format(shape=f'(*V.shape[:-1], V.shape[-1] + {self.k})')}\n"
+                    f"base[..., :V.shape[-1]] = V\n{name} = base[..., :V.shape[-1]]")
+        if self.kind == "offset":  # storage offset of k elements (NaN before)
+            return (f"base = {nan_full.format(shape=f'(V.numel() + {self.k},)')}\n"
+                    f"base[{self.k}:] = V.reshape(-1)\n{name} = base[{self.k}:].view(V.shape)")
+        if self.kind == "transposed":  # reduced axis outermost in memory
+            return f"{name} = V.movedim(-1, 0).contiguous().movedim(0, -1)"
+        if self.kind == "interleaved":  # column stride k, NaN in the gaps
+            return (f"base = {nan_full.format(shape=f'(*V.shape[:-1], V.shape[-1] * {self.k})')}\n"
+                    f"base[..., ::{self.k}] = V\n{name} = base[..., ::{self.k}]")
+        if self.kind == "expanded":  # a stride-0 leading axis of size k
+            return f"{name} = V.unsqueeze(0).expand({self.k}, *V.shape)"
+        raise ValueError(self.kind)  # pragma: no cover
+
+    def apply(self, V: torch.Tensor, name: str = "x") -> torch.Tensor:
+        scope = {"torch": torch, "V": V}
+        exec(self.code(name), scope)  # the same text the reproducer prints
+        return scope[name]
+
+
+def layouts():
+    return st.one_of(
+        st.just(Layout()),
+        st.integers(1, 17).map(lambda k: Layout("row_padded", k)),
+        st.integers(1, 9).map(lambda k: Layout("offset", k)),
+        st.just(Layout("transposed")),
+        st.integers(2, 3).map(lambda k: Layout("interleaved", k)),
+        st.integers(2, 3).map(lambda k: Layout("expanded", k)),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# a drawn input tensor: recipe + batch shape + layout
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Input:
+    logits: Logits
+    batch: tuple
+    layout: Layout
+
+    @property
+    def shape(self):
+        return tuple(self.batch) + (self.logits.cols,)
+
+    def values(self, device="cpu") -> torch.Tensor:
+        return self.logits.values(device).reshape(self.shape)
+
+    def tensor(self, name="x", device="cpu") -> torch.Tensor:
+        return self.layout.apply(self.values(device), name)
+
+
+@st.composite
+def inputs(draw, dtype, boundaries=(), families=FAMILIES, allow_empty=True, max_cols=None, layout=None, cols=None):
+    batch = draw(batch_shapes(allow_empty), label="batch")
+    if cols is None:
+        cols = draw(row_lengths(boundaries, allow_empty) if max_cols is None else st.integers(1, max_cols), label="cols")
+    rows = int(np.prod(batch)) if batch else 1
+    lg = draw(logits(rows, cols, dtype, families, boundaries), label="logits")
+    lay = draw(layouts(), label="layout") if layout is None else layout
+    return Input(lg, tuple(batch), lay)
+
+
+def dtypes():
+    return st.sampled_from(DTYPES)
+
+
+@dataclass
+class _Bounds:
+    values: tuple = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+BOUNDARIES = _Bounds()  # the plugin replaces values with the target's block_boundaries(), if any
+
+VJP_SECOND_FAMILIES = ("moderate", "huge", "special", "grid", "bits", "subnormal", "constant")
+
+
+@st.composite
+def cases(draw, op_name, families=None, max_cols=None):
+    """A Case for op_name: dtype, then its inputs (an explicit VJP's first argument is the rounded
+    FP64 forward of drawn logits; its cotangent is drawn on the same shape)."""
+    from .case import Case
+    from .ops import OPS
+
+    op = OPS[op_name]
+    dtype = draw(dtypes(), label="dtype")
+    first = draw(inputs(dtype, BOUNDARIES.values, families or FAMILIES, max_cols=max_cols), label=op.args[0])
+    if not op.is_vjp:
+        return Case(op_name, dtype, (first,))
+    lay = first.layout if first.layout.kind == "expanded" else draw(
+        layouts().filter(lambda l: l.kind != "expanded"), label=op.args[1] + "_layout")
+    lg = draw(logits(first.logits.rows, first.logits.cols, dtype, VJP_SECOND_FAMILIES, BOUNDARIES.values),
+              label=op.args[1])
+    return Case(op_name, dtype, (first, Input(lg, first.batch, lay)))

@@ -1,0 +1,141 @@
+"""Meta tests: the helpers themselves (oracle against mpmath, the semantics table against torch
+and the oracle, input validation of the kernels, reproducers that rebuild their tensor exactly)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import kernels
+import oracles
+from kernels import _launch
+
+from . import strategies as S
+from .case import Case
+from .invariants import REGISTRY
+
+
+# ---------------------------------------------------------------------------- the FP64 oracle
+@given(st.lists(st.floats(-700, 700), min_size=1, max_size=12))
+def test_fp64_oracle_matches_mpmath(row):
+    """The FP64 oracle is within its own bound (tolerances with u = 2**-53) of 50-digit mpmath."""
+    x = torch.tensor([row], dtype=torch.float64)
+    D = len(row)
+    sm, lsm, lse = oracles.softmax(x)[0], oracles.log_softmax(x)[0], oracles.logsumexp(x)[0]
+    m_sm, m_lsm, m_lse = oracles.mp_softmax(row), oracles.mp_log_softmax(row), oracles.mp_logsumexp(row)
+    d = x[0] - x[0].max()
+    u = 2.0**-53
+    for i in range(D):
+        if m_sm[i] > 0:
+            assert abs(sm[i].item() - m_sm[i]) <= m_sm[i] * u * (2 * abs(d[i].item()) + 2 * 745 + D + 10) + 1e-300
+        assert abs(lsm[i].item() - m_lsm[i]) <= u * (abs(d[i].item()) + 2 * 745 + D + 10 + abs(m_lsm[i]))
+    assert abs(lse.item() - m_lse) <= u * (abs(m_lse) + D + 10 + 2 * 745)
+
+
+@pytest.mark.parametrize("what,row,sm,lsm,lse", oracles.SEMANTICS, ids=[r[0] for r in oracles.SEMANTICS])
+def test_semantics_table(what, row, sm, lsm, lse):
+    """Every row of the semantics table holds for torch (the reference for meaning), the FP64
+    oracle and the project's kernels."""
+    x = torch.tensor(row, dtype=torch.float64).reshape(1, len(row))
+
+    def same(a, b):
+        a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
+        b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
+        both_nan = torch.isnan(a) & torch.isnan(b)
+        close = torch.isclose(a, b, rtol=1e-12, atol=0) | (a == b)
+        return bool((both_nan | close).all())
+
+    for impl in ("torch", "oracle", "kernels"):
+        if impl == "torch":
+            got = (torch.softmax(x, -1), torch.log_softmax(x, -1), torch.logsumexp(x, -1))
+        elif impl == "oracle":
+            got = (oracles.softmax(x), oracles.log_softmax(x), oracles.logsumexp(x))
+        else:
+            got = (kernels.softmax(x), kernels.log_softmax(x), kernels.logsumexp(x))
+        for name, g, want in zip(("softmax", "log_softmax", "logsumexp"), got, (sm, lsm, lse)):
+            assert same(g, want), f"{impl} {name}({row}) = {g.tolist()}, table says {want}"
+
+
+# ---------------------------------------------------------------------------- input validation
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+def test_forward_rejects_bad_input(op):
+    f = getattr(kernels, op)
+    with pytest.raises(TypeError, match=r"x.dtype must be .*got torch.int64"):
+        f(torch.ones(2, 3, dtype=torch.int64))
+    with pytest.raises(TypeError, match=r"x.dtype .*torch.bool"):
+        f(torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(TypeError, match=r"x.dtype .*complex64"):
+        f(torch.ones(2, 3, dtype=torch.complex64))
+    with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got list"):
+        f([1.0, 2.0])
+    with pytest.raises(ValueError, match=r"dim=2 is out of range for a 2-d tensor; expected -2 <= dim <= 1"):
+        f(torch.ones(2, 3), dim=2)
+    with pytest.raises(TypeError, match=r"dim must be an int"):
+        f(torch.ones(2, 3), dim=1.0)
+
+
+@pytest.mark.parametrize("op,a,b", [("softmax_backward", "y", "dy"), ("log_softmax_backward", "z", "dz")])
+def test_backward_rejects_bad_input(op, a, b):
+    f = getattr(kernels, op)
+    y = torch.rand(2, 3)
+    with pytest.raises(ValueError, match=rf"{a} and {b} must have the same shape"):
+        f(y, torch.rand(2, 4))
+    with pytest.raises(TypeError, match=rf"{a} and {b} must have the same dtype"):
+        f(y, torch.rand(2, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match=rf"{a} requires grad; {op} is an explicit VJP"):
+        f(y.clone().requires_grad_(), torch.rand(2, 3))
+    with pytest.raises(ValueError, match=rf"{b} requires grad"):
+        f(y, torch.rand(2, 3).requires_grad_())
+    with pytest.raises(TypeError, match=rf"{b}.dtype must be"):
+        f(y, torch.ones(2, 3, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"dim=-3 is out of range"):
+        f(y, torch.rand(2, 3), dim=-3)
+
+
+def test_cpu_tensor_outside_interpreter_is_refused(monkeypatch):
+    monkeypatch.setattr(_launch, "interpreting", lambda: False)
+    with pytest.raises(ValueError, match=r"x is on device 'cpu', but the Triton kernels run on CUDA tensors"):
+        kernels.softmax(torch.ones(2, 3))
+    with pytest.raises(ValueError, match=r"y is on device 'cpu'"):
+        kernels.softmax_backward(torch.ones(2, 3), torch.ones(2, 3))
+
+
+def test_autograd_and_compile_registration():
+    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    (kernels.softmax(x) * torch.arange(5.0, dtype=torch.float64)).sum().backward()
+    ref = torch.autograd.grad((torch.softmax(x, -1) * torch.arange(5.0, dtype=torch.float64)).sum(), x)[0]
+    assert torch.allclose(x.grad, ref, atol=1e-12)
+    assert torch.ops.softmax_props.softmax.default is not None
+
+
+# ---------------------------------------------------------------------------- harness helpers
+@settings(max_examples=25)
+@given(st.data())
+def test_reproducer_rebuilds_the_exact_tensors(data):
+    """The printed reproducer, executed, yields bitwise the tensors the case fed the target."""
+    op = data.draw(st.sampled_from(["softmax", "softmax_backward"]))
+    case = data.draw(S.cases(op))
+    code = case.reproducer("kernels", call="out = None")
+    scope = {}
+    exec(code, scope)
+    for name, t in zip(case.spec.args, case.tensors()):
+        r = scope[name]
+        assert r.shape == t.shape and r.stride() == t.stride() and r.dtype == t.dtype
+        assert bool(((r == t) | (r.isnan() & t.isnan())).all())
+
+
+def test_every_invariant_has_a_docstring_and_ops():
+    for inv in REGISTRY:
+        assert inv.check.__doc__ and inv.ops, inv.name
+
+
+def test_layout_planner_covers_strided_batches():
+    """Two non-collapsible batch axes, stride 0, offsets: planned without a copy."""
+    base = torch.randn(4, 1, 10)
+    x = base.expand(4, 3, 10)[:, :, 1:]  # stride-0 axis, row padding, storage offset
+    y = torch.empty(x.shape)
+    plan = _launch.plan_rows([x], [(y, False)], 2)
+    assert plan.inputs[0].data_ptr() == x.data_ptr()  # no copy
+    assert (plan.n_rows, plan.n_cols, plan.n1, plan.in_strides[0]) == (12, 9, 3, (10, 0))

@@ -1,0 +1,44 @@
+"""The property suite: every registered invariant x every op it applies to, against --target."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, strategies as st
+
+from . import plugin
+from . import strategies as S
+from .invariants import REGISTRY
+
+PAIRS = [pytest.param(inv, op, id=f"{inv.name}-{op}") for inv in REGISTRY for op in inv.ops]
+
+
+def _skip_reason(inv, op, target):
+    if not target.has(op):
+        return f"target {target.name} has no {op}"
+    for need in inv.needs:
+        if need == "dim" and not target.accepts_dim(op):
+            return f"{target.name}.{op} takes no dim argument"
+        if need == "autograd" and not target.supports_autograd(op):
+            return f"{target.name}.{op} is not differentiable"
+    return None
+
+
+@pytest.mark.parametrize("inv,op", PAIRS)
+def test_property(inv, op, target, request):
+    reason = _skip_reason(inv, op, target)
+    if reason:
+        pytest.skip(reason)
+    stats = plugin.STATS[request.node.name]
+
+    @given(data=st.data())
+    def check(data):
+        t0 = time.perf_counter()
+        case = data.draw(S.cases(op, inv.families, inv.max_cols), label="case")
+        try:
+            inv.check(case, target)
+        finally:
+            stats[0] += 1
+            stats[1] += time.perf_counter() - t0
+
+    check()

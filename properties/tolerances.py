@@ -1,0 +1,128 @@
+"""The one tolerance table, and the error bounds derived from it.
+
+Contract a correct kernel must meet (the issue's "accumulate in at least float32"):
+  * 16/32-bit inputs are computed with unit roundoff ``u_c = 2**-24`` or better, float64 with 2**-53;
+  * exp, log and division are within 4 ulp of the compute precision (Triton's ex2.approx /
+    lg2.approx / div.full are within 2), and subnormal values may flush to zero (FTZ) wherever
+    they enter compute-precision arithmetic: a flushed element moves its output by < tiny_c, a
+    flushed term of a row sum moves the sum by < tiny_c (so D * tiny_c for the whole row);
+  * every row reduction has sequential chains of at most ``depth(D) = ceil(D / 256) + ceil(log2 D)``
+    additions (any GPU kernel reducing over >= 256 lanes, then a tree, qualifies);
+  * the output is the computed value rounded to nearest in the output dtype.
+
+Each ``*_bound`` returns, per output element, an absolute bound ``eps`` on the error of the
+value computed before the final rounding (first-order error analysis, terms listed in each
+docstring), plus the same bound at ``U_ORACLE`` for the FP64 oracle's own error. The element passes
+when ``|out - ref| <= eps + 0.5 * ulp_out(|ref| + eps) + atol``: the final rounding adds half an
+ulp of the output dtype; ``atol`` covers flushed subnormals. A reference that overflows the output
+dtype may be matched by the infinity of its sign.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DtypeTol:
+    precision: int  # significand bits of the output dtype (including the implicit one)
+    emin: int  # smallest normal exponent of the output dtype
+    u_c: float  # unit roundoff of the compute precision a correct kernel must use
+    tiny_c: float  # smallest normal of the compute precision (FTZ floor)
+
+
+TABLE = {
+    torch.float16: DtypeTol(11, -14, 2.0**-24, 2.0**-126),
+    torch.bfloat16: DtypeTol(8, -126, 2.0**-24, 2.0**-126),
+    torch.float32: DtypeTol(24, -126, 2.0**-24, 2.0**-126),
+    torch.float64: DtypeTol(53, -1022, 2.0**-53, 2.0**-1022),
+}
+U_ORACLE = 2.0**-53  # the FP64 oracle's unit roundoff (test_meta checks it against mpmath)
+ATOL_FTZ = 4.0  # multiples of tiny_c: flushed exp/product/quotient, each below tiny_c
+
+
+def depth(n: int) -> int:
+    n = max(int(n), 1)
+    return math.ceil(n / 256) + math.ceil(math.log2(n)) + 1
+
+
+def ulp(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Spacing of `dtype` numbers at |v| (float64 tensor), subnormal spacing below the normal range."""
+    t = TABLE[dtype]
+    a = v.abs().clamp_min(2.0**t.emin)
+    e = torch.floor(torch.log2(a))
+    return torch.exp2(e - (t.precision - 1))
+
+
+def max_finite(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).max
+
+
+def softmax_bound(dtype, d, H, dep, y):
+    """y_i = exp(d_i) / s. Relative error of y_i: 2|d_i| u (rounding of x_i - m, and of the scaled
+    exp argument) + 2H u with H = sum_j y_j |d_j| (the same for each e_j, averaged into s) +
+    depth u (the sum) + 10 u (exp, its conversion, the division, two roundings of s)."""
+    def rel(u):
+        return u * (2 * d.abs() + 2 * H[..., None] + dep + 10)
+    pos = y > 0
+    r = rel(TABLE[dtype].u_c) + rel(U_ORACLE)
+    return torch.where(pos, y * torch.where(pos, r, 0.0), 0.0)
+
+
+def log_softmax_bound(dtype, d, H, dep, logs, z):
+    """z_i = d_i - log s. Absolute error: |d_i| u + (2H + depth + 6) u (relative error of s,
+    through log) + 4 |log s| u (log) + |z_i| u (final subtraction)."""
+    def ab(u):
+        return u * (d.abs() + (2 * H + dep + 6)[..., None] + 4 * logs.abs()[..., None] + z.abs())
+    return ab(TABLE[dtype].u_c) + ab(U_ORACLE)
+
+
+def logsumexp_bound(dtype, m, H, dep, logs, lse):
+    """lse = m + log s. Absolute error: (2H + depth + 6) u (s) + 4 |log s| u (log) + |lse| u (add)."""
+    def ab(u):
+        return u * (2 * H + dep + 6 + 4 * logs.abs() + lse.abs())
+    return ab(TABLE[dtype].u_c) + ab(U_ORACLE)
+
+
+def softmax_backward_bound(dtype, y, g, dot, absdot, dep, dx, n):
+    """dx_i = y_i (g_i - dot), dot = sum_j y_j g_j. The dot's error is (depth + 1) u sum_j |y_j g_j|
+    (products and sum); g_i - dot and the product add u (|g_i| + |dot|) y_i each (or, computed as
+    y_i g_i - y_i dot, the same); |dx_i| u for the last rounding. FTZ: n flushed products move dot
+    by < n tiny_c, hence dx_i by y_i n tiny_c."""
+    def ab(u):
+        return u * (y.abs() * ((dep + 1) * absdot[..., None] + 2 * (g.abs() + dot.abs()[..., None])) + dx.abs())
+    return ab(TABLE[dtype].u_c) + ab(U_ORACLE) + ATOL_FTZ * TABLE[dtype].tiny_c * (1 + n * y.abs())
+
+
+def log_softmax_backward_bound(dtype, z, g, S, absS, dep, dx, n):
+    """dx_i = g_i - exp(z_i) S, S = sum_j g_j. exp(z_i) has relative error (2|z_i| + 4) u; S has
+    absolute error depth u sum|g|; the product and the subtraction add u |exp(z_i) S| and u |dx_i|.
+    FTZ: n flushed terms of S move dx_i by exp(z_i) n tiny_c."""
+    ez = torch.exp(z)
+    def ab(u):
+        t = ez * (dep * absS[..., None] + S.abs()[..., None] * (2 * z.abs() + 6))
+        return u * (torch.where(ez > 0, t, 0.0) + dx.abs())
+    return ab(TABLE[dtype].u_c) + ab(U_ORACLE) + ATOL_FTZ * TABLE[dtype].tiny_c * (1 + n * ez)
+
+
+def total_tolerance(eps: torch.Tensor, ref: torch.Tensor, out_dtype: torch.dtype, in_dtype: torch.dtype):
+    """eps plus the final rounding to out_dtype plus the FTZ floor of the compute precision."""
+    eps = torch.nan_to_num(eps, nan=0.0, posinf=float("inf"))
+    return eps + 0.5 * ulp(ref.abs() + eps, out_dtype) + ATOL_FTZ * TABLE[in_dtype].tiny_c
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, tol: torch.Tensor, out_dtype: torch.dtype):
+    """Element-wise verdict (float64 tensors). Returns a bool tensor of failures."""
+    out = out.to(torch.float64)
+    nan_o, nan_r = torch.isnan(out), torch.isnan(ref)
+    bad = nan_o != nan_r
+    inf_r = torch.isinf(ref)
+    bad |= inf_r & ~nan_r & (out != ref)
+    fin = ~nan_r & ~inf_r
+    err = (out - ref).abs()
+    close = err <= tol
+    overflow_ok = torch.isinf(out) & (torch.sign(out) == torch.sign(ref)) & (ref.abs() + tol >= max_finite(out_dtype))
+    bad |= fin & ~nan_o & ~(close | overflow_ok)
+    return bad
