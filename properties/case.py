@@ -70,7 +70,7 @@ class Case:
         return "\n  ".join(parts)
 
     def reproducer(self, target_name: str, call: str = None) -> str:
-        lines = ["import torch", f"import {target_name} as target"]
+        lines = ["import torch", f"import {target_name} as target", "inf, nan = float(\"inf\"), float(\"nan\")"]
         for i, (inp, name) in enumerate(zip(self.inputs, self.spec.args)):
             if i == 0 and self.spec.is_vjp:
                 lines.append("import oracles  # the suite's FP64 oracles")

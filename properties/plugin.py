@@ -34,9 +34,25 @@ LIMITS = {  # shape limits per profile: (max_rows, max_cols, long_cols)
     "nightly": S.Limits(max_rows=32, max_cols=70000, long_cols=1_100_000),
 }
 
-# largest ULP error seen by matches_oracle, per (op, dtype): printed in the summary
-WORST_ULP: dict = defaultdict(float)
-STATS = defaultdict(lambda: [0, 0.0])  # test id -> [examples, seconds]
+# gathered from test reports (so it works under pytest-xdist too) and printed in the summary
+WORST_ULP: dict = defaultdict(float)  # (op, dtype) -> largest error seen by matches_oracle, in ulps
+STATS: dict = {}  # test id -> (examples, seconds)
+COMPILES: dict = {}  # worker -> (variants requested, Triton compilations)
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "call":
+        return
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
+    for key, val in report.user_properties:
+        if key == "softmax_stats":
+            STATS[report.nodeid.split("::")[-1]] = tuple(val)
+        elif key == "softmax_ulps":
+            for k, v in val.items():
+                k = tuple(k) if isinstance(k, (list, tuple)) else tuple(str(k).split("|"))
+                WORST_ULP[k] = max(WORST_ULP[k], v)
+        elif key == "softmax_compiles":
+            COMPILES[worker] = tuple(val)
 
 
 def _profile_name(config) -> str:
@@ -104,10 +120,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.section("softmax-properties: largest error found, in ulps of the output dtype")
         for (op, dt), v in sorted(WORST_ULP.items()):
             tr.write_line(f"{op:24s} {dt:10s} {v:12.3f}")
-    try:
-        import kernels
-        from kernels import _launch
-        tr.write_line(f"kernel variants requested: {len(_launch.VARIANTS)}; "
-                      f"Triton compilations: {kernels.compiled_kernel_count()}")
-    except Exception as e:  # pragma: no cover
-        tr.write_line(f"(no compile count: {e})")
+    if COMPILES:
+        v = sum(c[0] for c in COMPILES.values())
+        n = sum(c[1] for c in COMPILES.values())
+        tr.write_line(f"kernel variants requested: {v}; Triton compilations: {n} "
+                      f"(over {len(COMPILES)} process{'es' if len(COMPILES) > 1 else ''})")
