@@ -26,10 +26,11 @@ import os
 import triton
 import triton.language as tl
 
-_TWO40 = 1099511627776.0  # 2**40
-_TWO80 = 1.2089258196146292e24  # 2**80
-_TWO_M40 = 9.094947017729282e-13  # 2**-40
-_TWO_M80 = 8.271806125530277e-25  # 2**-80
+# globals read by jit functions must be constexpr (Triton 3.6 refuses plain globals)
+_TWO40: tl.constexpr = tl.constexpr(2.0**40)
+_TWO80: tl.constexpr = tl.constexpr(2.0**80)
+_TWO_M40: tl.constexpr = tl.constexpr(2.0**-40)
+_TWO_M80: tl.constexpr = tl.constexpr(2.0**-80)
 
 
 _INTERPRET: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))

@@ -16,6 +16,8 @@ from . import strategies as S
 from .case import Case
 from .invariants import REGISTRY
 
+DEV = "cuda" if torch.cuda.is_available() and not kernels.interpreting() else "cpu"
+
 
 # ---------------------------------------------------------------------------- the FP64 oracle
 @given(st.lists(st.floats(-700, 700), min_size=1, max_size=12))
@@ -53,7 +55,8 @@ def test_semantics_table(what, row, sm, lsm, lse):
         elif impl == "oracle":
             got = (oracles.softmax(x), oracles.log_softmax(x), oracles.logsumexp(x))
         else:
-            got = (kernels.softmax(x), kernels.log_softmax(x), kernels.logsumexp(x))
+            xd = x.to(DEV)
+            got = tuple(t.cpu() for t in (kernels.softmax(xd), kernels.log_softmax(xd), kernels.logsumexp(xd)))
         for name, g, want in zip(("softmax", "log_softmax", "logsumexp"), got, (sm, lsm, lse)):
             assert same(g, want), f"{impl} {name}({row}) = {g.tolist()}, table says {want}"
 
@@ -71,27 +74,30 @@ def test_forward_rejects_bad_input(op):
     with pytest.raises(TypeError, match=r"x must be a torch.Tensor, got list"):
         f([1.0, 2.0])
     with pytest.raises(ValueError, match=r"dim=2 is out of range for a 2-d tensor; expected -2 <= dim <= 1"):
-        f(torch.ones(2, 3), dim=2)
+        f(torch.ones(2, 3, device=DEV), dim=2)
     with pytest.raises(TypeError, match=r"dim must be an int"):
-        f(torch.ones(2, 3), dim=1.0)
+        f(torch.ones(2, 3, device=DEV), dim=1.0)
 
 
 @pytest.mark.parametrize("op,a,b", [("softmax_backward", "y", "dy"), ("log_softmax_backward", "z", "dz")])
 def test_backward_rejects_bad_input(op, a, b):
     f = getattr(kernels, op)
-    y = torch.rand(2, 3)
+    y = torch.rand(2, 3, device=DEV)
     with pytest.raises(ValueError, match=rf"{a} and {b} must have the same shape"):
-        f(y, torch.rand(2, 4))
+        f(y, torch.rand(2, 4, device=DEV))
     with pytest.raises(TypeError, match=rf"{a} and {b} must have the same dtype"):
-        f(y, torch.rand(2, 3, dtype=torch.float64))
+        f(y, torch.rand(2, 3, dtype=torch.float64, device=DEV))
     with pytest.raises(ValueError, match=rf"{a} requires grad; {op} is an explicit VJP"):
-        f(y.clone().requires_grad_(), torch.rand(2, 3))
+        f(y.clone().requires_grad_(), torch.rand(2, 3, device=DEV))
     with pytest.raises(ValueError, match=rf"{b} requires grad"):
-        f(y, torch.rand(2, 3).requires_grad_())
+        f(y, torch.rand(2, 3, device=DEV).requires_grad_())
     with pytest.raises(TypeError, match=rf"{b}.dtype must be"):
-        f(y, torch.ones(2, 3, dtype=torch.int32))
+        f(y, torch.ones(2, 3, dtype=torch.int32, device=DEV))
     with pytest.raises(ValueError, match=r"dim=-3 is out of range"):
-        f(y, torch.rand(2, 3), dim=-3)
+        f(y, torch.rand(2, 3, device=DEV), dim=-3)
+    if DEV == "cuda":
+        with pytest.raises(ValueError, match=rf"{a} and {b} must be on the same device"):
+            f(y, torch.rand(2, 3))
 
 
 def test_cpu_tensor_outside_interpreter_is_refused(monkeypatch):
@@ -103,9 +109,10 @@ def test_cpu_tensor_outside_interpreter_is_refused(monkeypatch):
 
 
 def test_autograd_and_compile_registration():
-    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
-    (kernels.softmax(x) * torch.arange(5.0, dtype=torch.float64)).sum().backward()
-    ref = torch.autograd.grad((torch.softmax(x, -1) * torch.arange(5.0, dtype=torch.float64)).sum(), x)[0]
+    x = torch.randn(3, 5, dtype=torch.float64, device=DEV, requires_grad=True)
+    w = torch.arange(5.0, dtype=torch.float64, device=DEV)
+    (kernels.softmax(x) * w).sum().backward()
+    ref = torch.autograd.grad((torch.softmax(x, -1) * w).sum(), x)[0]
     assert torch.allclose(x.grad, ref, atol=1e-12)
     assert torch.ops.softmax_props.softmax.default is not None
 
