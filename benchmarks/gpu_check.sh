@@ -7,7 +7,7 @@ PROFILE=${PROFILE:-gpu}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 start=$(date +%s)
-python3 -m pytest -m properties --hypothesis-profile="$PROFILE" -q -p no:randomly ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/suite.log" | tail -n 120
+timeout ${SUITE_TIMEOUT:-900} python3 -m pytest -m properties --hypothesis-profile="$PROFILE" -q -p no:randomly ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/suite.log" | tail -n 120
 echo "suite wall time: $(( $(date +%s) - start )) s" | tee -a "$OUT/suite.log"
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
   python3 benchmarks/bench.py ${BENCH_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -n 80
