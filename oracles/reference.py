@@ -48,13 +48,24 @@ def logsumexp(x: torch.Tensor) -> torch.Tensor:
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """dx = y * (dy - sum(y * dy)): seed 000's VJP, the formula the Jacobian y_i(delta_ij - y_j) gives."""
     y, g = _f64(y), _f64(dy)
-    return y * (g - (y * g).sum(-1, keepdim=True))
+    s = _scale(g)  # work on g / s so the FP64 dot cannot overflow where the true VJP is finite
+    gs = g / s
+    return y * (gs - (y * gs).sum(-1, keepdim=True)) * s
 
 
 def log_softmax_backward(z: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
     """dx = dz - exp(z) * sum(dz): the Jacobian of log_softmax is delta_ij - softmax_j."""
     z, g = _f64(z), _f64(dz)
-    return g - torch.exp(z) * g.sum(-1, keepdim=True)
+    s = _scale(g)
+    gs = g / s
+    return (gs - torch.exp(z) * gs.sum(-1, keepdim=True)) * s
+
+
+def _scale(g: torch.Tensor) -> torch.Tensor:
+    """Per row, the power of two at or above max |g| (1 for rows of zeros or non-finite values)."""
+    a = torch.where(torch.isfinite(g), g.abs(), 0.0).amax(-1, keepdim=True) if g.shape[-1] else \
+        torch.zeros(*g.shape[:-1], 1, dtype=g.dtype, device=g.device)
+    return torch.where(a > 0, torch.exp2(torch.ceil(torch.log2(a))).clamp_max(2.0**1023), 1.0)
 
 
 def fd_grad(fn, x: torch.Tensor, g: torch.Tensor, cols, h: float = 1e-5) -> torch.Tensor:
