@@ -46,7 +46,7 @@ def logsumexp(x: torch.Tensor) -> torch.Tensor:
 
 
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """dx = y * (dy - sum(y * dy)): seed 000's VJP, the formula the Jacobian y_i(delta_ij - y_j) gives."""
+    """dx = y * (dy - sum(y * dy)): the VJP the Jacobian y_i (delta_ij - y_j) gives."""
     y, g = _f64(y), _f64(dy)
     s = _scale(g)  # work on g / s so the FP64 dot cannot overflow where the true VJP is finite
     gs = g / s
@@ -70,7 +70,7 @@ def _scale(g: torch.Tensor) -> torch.Tensor:
 
 def fd_grad(fn, x: torch.Tensor, g: torch.Tensor, cols, h: float = 1e-5) -> torch.Tensor:
     """Central differences of L(x) = sum(fn(x) * g) in FP64 at the given column of every row
-    (seed 001): dL/dx[..., j] ~ (L(x + h e_j) - L(x - h e_j)) / 2h. Returns shape (*batch, len(cols))."""
+    (h ~ 1e-5): dL/dx[..., j] ~ (L(x + h e_j) - L(x - h e_j)) / 2h. Returns shape (*batch, len(cols))."""
     x, g = _f64(x), _f64(g)
     out = []
     for j in cols:

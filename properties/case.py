@@ -93,8 +93,9 @@ def fail(invariant: str, case: Case, target, what: str, index=None, expected=Non
          call: str = None):
     msg = [f"[{invariant}] {what}", "  " + case.describe()]
     if index is not None:
-        msg.append(f"  worst element out{list(index)}: actual={_fmt(float(actual))} expected={_fmt(float(expected))}"
+        where = f"out[{', '.join(map(str, index))}]" if len(index) else "out"
+        msg.append(f"  worst element {where}: actual={_fmt(float(actual))} expected={_fmt(float(expected))}"
                    f" tolerance={float(tol):.3g}" if tol is not None else
-                   f"  worst element out{list(index)}: actual={_fmt(float(actual))} expected={_fmt(float(expected))}")
+                   f"  worst element {where}: actual={_fmt(float(actual))} expected={_fmt(float(expected))}")
     msg.append("  reproducer:\n" + "\n".join("    " + line for line in case.reproducer(target.name, call).splitlines()))
     raise PropertyFailure("\n".join(msg))

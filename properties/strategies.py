@@ -84,8 +84,9 @@ def subnormal_value(dtype):
 
 
 def grid_step(dtype) -> float:
-    """Grid values are multiples of this step in [-64 * 4 * step, ...]: with |shift| <= 64 the
-    shifted values still fit the dtype's significand (bfloat16 has 8 bits: integers up to 32)."""
+    """Grid values are multiples of this step: 1/4 up to 64 in magnitude (bfloat16: integers up to
+    32), so a shift by 37.25 (bfloat16: 37) stays exactly representable (bfloat16 holds integers
+    exactly up to 256; float16 holds quarters up to 512)."""
     return 1.0 if dtype == torch.bfloat16 else 0.25
 
 

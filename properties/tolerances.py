@@ -1,12 +1,12 @@
 """The one tolerance table, and the error bounds derived from it.
 
-Contract a correct kernel must meet (the issue's "accumulate in at least float32"):
+Contract a correct kernel must meet (accumulation in at least float32):
   * 16/32-bit inputs are computed with unit roundoff ``u_c = 2**-24`` or better, float64 with 2**-53;
   * exp, log and division are within 4 ulp of the compute precision (Triton's ex2.approx /
     lg2.approx / div.full are within 2), and subnormal values may flush to zero (FTZ) wherever
     they enter compute-precision arithmetic: a flushed element moves its output by < tiny_c, a
     flushed term of a row sum moves the sum by < tiny_c (so D * tiny_c for the whole row);
-  * every row reduction has sequential chains of at most ``depth(D) = ceil(D / 256) + ceil(log2 D)``
+  * every row reduction has sequential chains of at most ``depth(D) = ceil(D / 256) + ceil(log2 D) + 1``
     additions (any GPU kernel reducing over >= 256 lanes, then a tree, qualifies);
   * the output is the computed value rounded to nearest in the output dtype.
 

@@ -1,0 +1,22 @@
+"""softmax backward using sum(dy) instead of sum(y * dy) (seed 001's classic slip)."""
+import triton
+import triton.language as tl
+
+from kernels._numerics import to_out
+
+from ._base import launch_backward
+
+
+@triton.jit
+def _kernel(Yp, G, DX, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    m = cols < n
+    y = tl.load(Yp + row * n + cols, mask=m, other=0.0).to(tl.float32)
+    g = tl.load(G + row * n + cols, mask=m, other=0.0).to(tl.float32)
+    dot = tl.sum(g, 0)  # BUG: should be tl.sum(y * g, 0)
+    tl.store(DX + row * n + cols, to_out(y * (g - dot), DX.dtype.element_ty), mask=m)
+
+
+def softmax_backward(y, dy):
+    return launch_backward(_kernel, y, dy, "softmax_backward")
