@@ -61,7 +61,13 @@ def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
     return M, sum_scaled(w)
 
 
-@triton.jit
+# Integer arguments that only count rows or chunks are not specialized (Triton would otherwise
+# compile a variant per "== 1" / "divisible by 16" pattern); strides and n_cols stay specialized,
+# since their divisibility is what lets loads be vectorized.
+_NO_SPEC = ["n_rows", "n1", "n_chunks"]
+
+
+@triton.jit(do_not_specialize=_NO_SPEC)
 def _fwd_kernel(
     X, Y, PM, PS,
     n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc, n_chunks,
@@ -121,7 +127,7 @@ def _fwd_kernel(
         tl.store(Y + yoff[:, None] + ycol[None, :], to_out(y, Y.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_NO_SPEC)
 def _bwd_kernel(
     A, G, DX, PS,
     n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, n_chunks,

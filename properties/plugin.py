@@ -24,7 +24,7 @@ from . import strategies as S
 _COMMON = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
                                       HealthCheck.function_scoped_fixture])
-settings.register_profile("ci", max_examples=12, derandomize=True, **_COMMON)
+settings.register_profile("ci", max_examples=30, derandomize=True, **_COMMON)
 settings.register_profile("dev", max_examples=100, **_COMMON)
 settings.register_profile("gpu", max_examples=1000, **_COMMON)
 settings.register_profile("nightly", max_examples=10000, **_COMMON)

@@ -9,6 +9,7 @@ from a line of torch code that is also what the reproducer prints: the two canno
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -291,8 +292,13 @@ class Layout:
 
     def apply(self, V: torch.Tensor, name: str = "x") -> torch.Tensor:
         scope = {"torch": torch, "V": V}
-        exec(self.code(name), scope)  # the same text the reproducer prints
+        exec(_compiled(self.code(name)), scope)  # the same text the reproducer prints
         return scope[name]
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(code: str):
+    return compile(code, "<layout>", "exec")
 
 
 def layouts():
