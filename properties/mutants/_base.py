@@ -1,4 +1,6 @@
 """Shared launch code for the mutant kernels: rows made contiguous, one program per row."""
+import math
+
 import torch
 import triton
 
@@ -6,7 +8,9 @@ from kernels._launch import check_pair, check_tensor
 
 
 def rows_of(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().reshape(-1, t.shape[-1]) if t.ndim else t.reshape(1, 1)
+    if t.ndim == 0:
+        return t.reshape(1, 1)
+    return t.contiguous().view(math.prod(t.shape[:-1]), t.shape[-1])
 
 
 def launch_forward(kernel, x: torch.Tensor, name: str) -> torch.Tensor:

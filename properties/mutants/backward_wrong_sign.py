@@ -1,0 +1,22 @@
+"""log_softmax backward with the sign of the coupling term flipped: dz + exp(z) * sum(dz)."""
+import triton
+import triton.language as tl
+
+from kernels._numerics import to_out
+
+from ._base import launch_backward
+
+
+@triton.jit
+def _kernel(Z, G, DX, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    m = cols < n
+    z = tl.load(Z + row * n + cols, mask=m, other=float("-inf")).to(tl.float32)
+    g = tl.load(G + row * n + cols, mask=m, other=0.0).to(tl.float32)
+    dx = g + tl.exp(z) * tl.sum(g, 0)  # BUG: should be g - exp(z) * sum(g)
+    tl.store(DX + row * n + cols, to_out(dx, DX.dtype.element_ty), mask=m)
+
+
+def log_softmax_backward(z, dz):
+    return launch_backward(_kernel, z, dz, "log_softmax_backward")

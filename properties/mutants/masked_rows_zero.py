@@ -1,0 +1,25 @@
+"""A "safe" softmax, as attention kernels write it: a row whose max is -inf (fully masked) gets
+zeros instead of NaN. torch, and this suite's semantics table, give NaN."""
+import triton
+import triton.language as tl
+
+from kernels._numerics import to_out
+
+from ._base import launch_forward
+
+
+@triton.jit
+def _kernel(X, Y, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + row * n + cols, mask=cols < n, other=float("-inf")).to(tl.float32)
+    m = tl.max(x, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)  # BUG: hides the fully masked row
+    e = tl.exp(x - m)
+    s = tl.sum(e, 0)
+    y = tl.where(s == 0.0, 0.0, e / s)
+    tl.store(Y + row * n + cols, to_out(y, Y.dtype.element_ty), mask=cols < n)
+
+
+def softmax(x):
+    return launch_forward(_kernel, x, "softmax")

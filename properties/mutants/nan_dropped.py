@@ -1,0 +1,22 @@
+"""softmax that scrubs NaN logits to -inf before reducing (a "robust" kernel): a NaN row comes
+out finite instead of NaN."""
+import triton
+import triton.language as tl
+
+from kernels._numerics import to_out
+
+from ._base import launch_forward
+
+
+@triton.jit
+def _kernel(X, Y, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + row * n + cols, mask=cols < n, other=float("-inf")).to(tl.float32)
+    x = tl.where(x == x, x, float("-inf"))  # BUG: NaN must poison the row
+    e = tl.exp(x - tl.max(x, 0))
+    tl.store(Y + row * n + cols, to_out(e / tl.sum(e, 0), Y.dtype.element_ty), mask=cols < n)
+
+
+def softmax(x):
+    return launch_forward(_kernel, x, "softmax")

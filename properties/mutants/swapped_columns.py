@@ -1,0 +1,24 @@
+"""softmax that stores each pair of adjacent columns swapped (an index bug in a hand-written
+vectorised store): values right, positions wrong."""
+import triton
+import triton.language as tl
+
+from kernels._numerics import to_out
+
+from ._base import launch_forward
+
+
+@triton.jit
+def _kernel(X, Y, n, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    x = tl.load(X + row * n + cols, mask=cols < n, other=float("-inf")).to(tl.float32)
+    e = tl.exp(x - tl.max(x, 0))
+    dst = cols ^ 1  # BUG: should be cols
+    ok = (cols < n) & (dst < n)
+    tl.store(Y + row * n + dst, to_out(e / tl.sum(e, 0), Y.dtype.element_ty), mask=ok)
+    tl.store(Y + row * n + cols, to_out(e / tl.sum(e, 0), Y.dtype.element_ty), mask=(cols < n) & (dst >= n))
+
+
+def softmax(x):
+    return launch_forward(_kernel, x, "softmax")
