@@ -76,25 +76,29 @@ def _pow2(e):
 
 
 @triton.jit
+def ldexp(v, k):
+    """v * 2**k for an int64 k in [-2046, 2046] (broadcast against v), as two exact multiplies:
+    the result overflows or loses bits only where the exact product does."""
+    k1 = k // 2
+    return v * _pow2(k1) * _pow2(k - k1)
+
+
+@triton.jit
+def exponent_above(big):
+    """k with big < 2**k, from the exponent bits of big >= 0 (float64); -1022 for zero/subnormal."""
+    ebits = (big.to(tl.int64, bitcast=True) >> 52) & 0x7FF
+    return tl.where(ebits == 0, -1022, ebits - 1022)
+
+
+@triton.jit
 def sum_scaled(v):
     """Order-independent sum of float64 values of any magnitude. Returns float64."""
-    a = tl.abs(v)
-    big = nanmax(a)
+    big = nanmax(tl.abs(v))
     finite = big < float("inf")  # False for inf and NaN
-    bits = big.to(tl.int64, bitcast=True)
-    ebits = (bits >> 52) & 0x7FF  # biased exponent of the largest magnitude (0 for 0/subnormal)
-    k = ebits - 1022  # big < 2**k  (for ebits >= 1)
-    k = tl.where(ebits == 0, -1022, k)
-    # scale = 2**-k, applied in two exact halves so neither factor leaves the normal range
-    k1 = k // 2
-    k2 = k - k1
-    s1 = _pow2(-k1)
-    s2 = _pow2(-k2)
-    scaled = v * s1[:, None] * s2[:, None]
-    scaled = tl.where(scaled == scaled, scaled, 0.0)
-    scaled = tl.where(tl.abs(scaled) < 1.0, scaled, 0.0)
+    k = exponent_above(big)
+    scaled = ldexp(v, -k[:, None])  # |scaled| < 1
+    scaled = tl.where(finite[:, None] & (scaled == scaled), scaled, 0.0)
     q1, q2 = _limbs(scaled)
     fixed = tl.sum(q1, 1).to(tl.float64) * _TWO_M40 + tl.sum(q2, 1).to(tl.float64) * _TWO_M80
-    fixed = fixed * _pow2(k1) * _pow2(k2)
     plain = tl.sum(tl.where(finite[:, None], 0.0, v), 1)
-    return tl.where(finite, fixed, plain)
+    return tl.where(finite, ldexp(fixed, k), plain)

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import nanmax, sum_scaled, sum_unit, to_out
+from ._numerics import exponent_above, ldexp, nanmax, sum_scaled, sum_unit, to_out
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 WHOLE, PARTIAL, FINISH = 0, 1, 2
@@ -129,12 +129,17 @@ def _fwd_kernel(
 
 @triton.jit(do_not_specialize=_NO_SPEC)
 def _bwd_kernel(
-    A, G, DX, PS,
+    A, G, DX, PS, PK,
     n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, n_chunks,
     OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, D_COL64: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr,
 ):
-    """OP 0: dx = y * (g - sum(y * g)).  OP 1: dx = g - exp(z) * sum(g).  A is y or z."""
+    """OP 0: dx = y * (g - sum(y * g)).  OP 1: dx = g - exp(z) * sum(g).  A is y or z.
+
+    g is scaled by 2**-K, the power of two above the row's largest |g| (exact), and the result
+    scaled back at the end, so float64 rows near the overflow threshold keep finite results where
+    the exact VJP is finite (sum(g) itself may exceed the float64 range). A split row carries
+    each chunk's partial sum with its own exponent (PS, PK) and merges them at the largest."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
     rmask = rows < n_rows
@@ -144,26 +149,42 @@ def _bwd_kernel(
     other_a = 0.0 if OP == 0 else float("-inf")
     a = tl.load(A + aoff[:, None] + cols[None, :], mask=mask, other=other_a)
     g = tl.load(G + goff[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float64)
-    if OP == 0:
-        a = a.to(tl.float64)
-        term = a * g
-    else:
-        term = g
     if PHASE == 2:
         c = tl.arange(0, NC)
         pmask = rmask[:, None] & (c < n_chunks)[None, :]
-        parts = tl.load(PS + rows[:, None] * n_chunks + c[None, :], mask=pmask, other=0.0)
+        poff = rows[:, None] * n_chunks + c[None, :]
+        kc = tl.load(PK + poff, mask=pmask, other=-1022.0)
+        K = tl.max(kc, 1)
+        parts = ldexp(tl.load(PS + poff, mask=pmask, other=0.0), (kc - K[:, None]).to(tl.int64))
         tot = sum_scaled(parts)
+        k = K.to(tl.int64)
     else:
+        gmax = nanmax(tl.abs(g))
+        k = tl.where(gmax < float("inf"), exponent_above(gmax), 0)
+    gs = ldexp(g, -k[:, None])
+    if OP == 0:
+        a = a.to(tl.float64)
+        term = a * gs
+    else:
+        term = gs
+    if PHASE != 2:
         tot = sum_scaled(term)
         if PHASE == 1:
-            tl.store(PS + rows * n_chunks + tl.program_id(1), tot, mask=rmask)
+            poff = rows * n_chunks + tl.program_id(1)
+            tl.store(PS + poff, tot, mask=rmask)
+            tl.store(PK + poff, k.to(tl.float64), mask=rmask)
             return
+    # tot is sum(y * g) or sum(g) in units of 2**k: finite exactly when the row's g is finite.
+    # Where the full sum is representable, use the plain formula (small g keep every bit); where
+    # it overflows, work in units of 2**k (the result overflows only if the exact VJP does).
+    full = ldexp(tot, k)
+    plain = tl.abs(full) < float("inf")
     if OP == 0:
-        dx = a * (g - tot[:, None])
+        dx = tl.where(plain[:, None], a * (g - full[:, None]), ldexp(a * (gs - tot[:, None]), k[:, None]))
     else:
         ez = tl.exp(a.to(CT)).to(tl.float64)
-        dx = g - ez * tot[:, None]
+        dx = tl.where(plain[:, None], g - ez * full[:, None], ldexp(gs - ez * tot[:, None], k[:, None]))
+        dx = tl.where((ez == 0.0) & (tl.abs(tot) < float("inf"))[:, None], g, dx)  # exp(z) = 0: dx = g
     if D_COL64:
         dcol = cols.to(tl.int64) * sdc
     else:
@@ -248,13 +269,14 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
         if not cfg.split:
             L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, **common)
-            _bwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](ax, gx, dx, ax, *args, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
+            _bwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](ax, gx, dx, ax, ax, *args, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
         else:
             ps = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=a.device)
+            pk = torch.empty_like(ps)
             nc = _nc(cfg)
             for phase in (PARTIAL, FINISH):
                 L.note_variant("bwd", PHASE=phase, dtype=str(a.dtype), NC=nc, **common)
-                _bwd_kernel[(plan.n_rows, cfg.n_chunks)](ax, gx, dx, ps, *args, PHASE=phase, BLOCK_R=1, NC=nc, **common)
+                _bwd_kernel[(plan.n_rows, cfg.n_chunks)](ax, gx, dx, ps, pk, *args, PHASE=phase, BLOCK_R=1, NC=nc, **common)
     return dx.reshape(()) if squeeze else dx
 
 

@@ -48,17 +48,30 @@ def logsumexp(x: torch.Tensor) -> torch.Tensor:
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """dx = y * (dy - sum(y * dy)): the VJP the Jacobian y_i (delta_ij - y_j) gives."""
     y, g = _f64(y), _f64(dy)
-    s = _scale(g)  # work on g / s so the FP64 dot cannot overflow where the true VJP is finite
+    dot = (y * g).sum(-1, keepdim=True)
+    # where the FP64 dot overflows although the row is finite, work on g / s (s a power of two)
+    s = _scale(g)
     gs = g / s
-    return y * (gs - (y * gs).sum(-1, keepdim=True)) * s
+    scaled = y * (gs - (y * gs).sum(-1, keepdim=True)) * s
+    return torch.where(torch.isinf(dot) & _finite_rows(y, g), scaled, y * (g - dot))
 
 
 def log_softmax_backward(z: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
     """dx = dz - exp(z) * sum(dz): the Jacobian of log_softmax is delta_ij - softmax_j."""
     z, g = _f64(z), _f64(dz)
+    S = g.sum(-1, keepdim=True)
+    ez = torch.exp(z)
     s = _scale(g)
     gs = g / s
-    return (gs - torch.exp(z) * gs.sum(-1, keepdim=True)) * s
+    scaled = (gs - ez * gs.sum(-1, keepdim=True)) * s
+    dx = torch.where(torch.isinf(S) & _finite_rows(z, g), scaled, g - ez * S)
+    # exp(z) = 0 exactly: dx = g exactly (0 * a sum that only overflowed is 0)
+    return torch.where((ez == 0) & _finite_rows(g, g), g, dx)
+
+
+def _finite_rows(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Rows (keepdim) whose elements of a and b are all free of NaN, and b of infinities."""
+    return (~torch.isnan(a).any(-1, keepdim=True)) & torch.isfinite(b).all(-1, keepdim=True)
 
 
 def _scale(g: torch.Tensor) -> torch.Tensor:
