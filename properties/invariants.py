@@ -150,7 +150,7 @@ def matches_oracle(case: Case, target):
     args = case.tensors(target.device)
     out = run(target, case.op, *args)
     ref, tol = truth(case.op, case.dtype, args)
-    if isinstance(out, torch.Tensor) and out.shape == ref.shape:
+    if getattr(target, "record", True) and isinstance(out, torch.Tensor) and out.shape == ref.shape:
         fin = torch.isfinite(ref) & torch.isfinite(out.double())
         if bool(fin.any()):
             err = (out.double() - ref).abs()[fin]
@@ -159,7 +159,10 @@ def matches_oracle(case: Case, target):
             key = (case.op, str(case.dtype).replace("torch.", ""))
             old = WORST_ULP.get(key, (0.0, 0.0))
             WORST_ULP[key] = (max(old[0], frac), max(old[1], ulps))
-            hypothesis.target(frac, label=f"bound used {key[0]} {key[1]}")
+            try:  # steer the search towards the worst case; only valid inside a @given test
+                hypothesis.target(frac, label=f"bound used {key[0]} {key[1]}")
+            except hypothesis.errors.InvalidArgument:
+                pass
     assert_close("matches_oracle", case, target, out, ref, tol, "differs from the FP64 oracle")
 
 
@@ -261,6 +264,7 @@ def constant_row_uniform(case, target):
     d = 0, H = 0, so only the sum's depth and the final rounding remain)."""
     (x,) = case.tensors(target.device)
     assume(x.shape[-1] >= 1 and bool(torch.isfinite(x.double()).all()))
+    assume(bool((x == x[..., :1]).all()))  # the law needs constant rows, whatever drew them
     out = run(target, case.op, x)
     D = x.shape[-1]
     ref = torch.full(out.shape, 1.0 / D if case.op == "softmax" else -math.log(D), dtype=torch.float64,
@@ -311,7 +315,8 @@ def exp_log_softmax_is_softmax(case, target):
 def vjp_rows_sum_to_zero(case, target):
     """The VJP of a shift-invariant map sums to zero over each row. With the given (rounded) y:
     sum(dx) = dot * (1 - sum(y)) exactly (softmax); sum(dz) * (1 - sum(exp z)) (log_softmax).
-    Bound: that term (computed in FP64) + sum_i tol_i."""
+    Bound: that term (computed in FP64) + sum_i tol_i. Rows with non-finite inputs, or whose
+    exact VJP overflows the dtype, are left to matches_oracle."""
     a, g = case.tensors(target.device)
     dx = run(target, case.op, a, g).double()
     ref, tol = truth(case.op, case.dtype, [a, g])
@@ -320,7 +325,9 @@ def vjp_rows_sum_to_zero(case, target):
         expected = (a64 * g64).sum(-1) * (1 - a64.sum(-1))
     else:
         expected = g64.sum(-1) * (1 - torch.exp(a64).sum(-1))
-    rows = finite_rows(a) & finite_rows(g) & torch.isfinite(ref).all(-1)
+    # rows whose exact VJP overflows the dtype are excluded: there inf is the right output
+    fits = (ref.abs() <= torch.finfo(case.dtype).max).all(-1)
+    rows = finite_rows(a) & finite_rows(g) & fits
     total = dx.sum(-1)
     bound = tol.sum(-1) + 4 * a.shape[-1] * 2.0**-53 * (ref.abs().sum(-1) + expected.abs())
     bad = rows & ~((total - expected).abs() <= bound)
@@ -344,7 +351,9 @@ def vjp_matches_fp64_autograd(case, target):
     g_log = case.logical(1, target.device).double()
     assume(bool(torch.isfinite(g_log).all()))
     (auto,) = torch.autograd.grad(out64, x, g_log)
-    a64 = a.double()
+    # torch's FP64 backward forms sum(g) / sum(y * g) unscaled: where that overflows, the
+    # reference is not the exact VJP, and matches_oracle (scaled) is the check that applies
+    assume(bool(torch.isfinite(auto).all()))
     _, tol = truth(case.op, case.dtype, [a, g])
     half_ulp = 0.5 * T.ulp(out64.detach(), case.dtype)
     half_ulp = torch.where(torch.isfinite(out64.detach()), half_ulp, 0.0)  # -inf z rounds exactly

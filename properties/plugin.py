@@ -29,11 +29,11 @@ settings.register_profile("dev", max_examples=100, **_COMMON)
 settings.register_profile("gpu", max_examples=1000, **_COMMON)
 settings.register_profile("nightly", max_examples=10000, **_COMMON)
 
-LIMITS = {  # shape limits per profile: (max_rows, max_cols, long_cols)
-    "ci": S.Limits(max_rows=6, max_cols=1100, long_cols=2100),
-    "dev": S.Limits(max_rows=8, max_cols=4200, long_cols=20000),
-    "gpu": S.Limits(max_rows=16, max_cols=70000, long_cols=1_100_000),
-    "nightly": S.Limits(max_rows=32, max_cols=70000, long_cols=1_100_000),
+LIMITS = {  # shape limits per profile
+    "ci": S.Limits(max_rows=6, max_cols=1100, long_cols=2100, max_elems=8192),
+    "dev": S.Limits(max_rows=8, max_cols=4200, long_cols=20000, max_elems=65536),
+    "gpu": S.Limits(max_rows=16, max_cols=70000, long_cols=1_100_000, max_elems=2**21),
+    "nightly": S.Limits(max_rows=32, max_cols=70000, long_cols=1_100_000, max_elems=2**22),
 }
 
 # gathered from test reports (so it works under pytest-xdist too) and printed in the summary

@@ -28,7 +28,7 @@ class Limits:
     max_rows: int = 8
     max_cols: int = 2100
     long_cols: int = 4200  # an occasional long row up to this length
-    fd_max_cols: int = 16
+    max_elems: int = 16384  # cap on elements per drawn tensor (long rows get fewer rows)
 
 
 LIMITS = Limits()
@@ -156,12 +156,18 @@ FAMILIES = ("moderate", "huge", "special", "neg_inf_blocks", "neg_inf_rows", "co
             "one_hot", "subnormal", "grid", "bits")
 
 
+def _index(draw, n):
+    """A position in range(n), drawn independently of n (k % n), so that shrinking the row
+    length never invalidates it and both shrink towards 0 on their own."""
+    return draw(st.integers(0, 2**16)) % max(n, 1)
+
+
 @st.composite
 def _patches(draw, rows, cols, value, max_patches=3, max_len=1):
     out = []
     for _ in range(draw(st.integers(0, max_patches), label="n_patches")):
-        r = draw(st.integers(0, max(rows - 1, 0)))
-        a = draw(st.integers(0, max(cols - 1, 0)))
+        r = _index(draw, rows)
+        a = _index(draw, cols)
         n = draw(st.integers(1, max_len)) if max_len > 1 else 1
         out.append((r, a, min(cols, a + n), draw(value)))
     return tuple(out)
@@ -191,14 +197,14 @@ def logits(draw, rows, cols, dtype, families=FAMILIES, boundaries=()):
         starts = [0] + [b for b in boundaries if b < cols]
         out = []
         for _ in range(draw(st.integers(1, 3))):
-            r = draw(st.integers(-1, max(rows - 1, 0)))
-            a = draw(st.sampled_from(starts)) if draw(st.booleans()) else draw(st.integers(0, max(cols - 1, 0)))
+            r = -1 if draw(st.booleans()) else _index(draw, rows)
+            a = draw(st.sampled_from(starts)) if draw(st.booleans()) else _index(draw, cols)
             n = draw(st.sampled_from([b for b in boundaries] + [1, cols]))
             out.append((r, a, min(cols, a + n), -math.inf))
         patches = tuple(out)
     elif fam == "neg_inf_rows":
         fill = draw(normal)
-        rs = draw(st.lists(st.integers(0, max(rows - 1, 0)), min_size=1, max_size=3))
+        rs = [_index(draw, rows) for _ in range(draw(st.integers(1, 3)))]
         patches = tuple((r, 0, cols, -math.inf) for r in rs)
         patches += draw(_patches(rows, cols, moderate_value(dtype), max_patches=1))
     elif fam == "constant":
@@ -208,7 +214,7 @@ def logits(draw, rows, cols, dtype, families=FAMILIES, boundaries=()):
         low = draw(st.one_of(st.sampled_from([-30.0, -1e4]), moderate_value(dtype), st.just(-math.inf)))
         fill = ("const", float(torch.tensor(low).to(dtype).double()))
         hi = draw(moderate_value(dtype).map(lambda v: abs(v) + 1.0))
-        cols_hot = draw(st.lists(st.integers(0, max(cols - 1, 0)), min_size=1, max_size=rows or 1))
+        cols_hot = [_index(draw, cols) for _ in range(draw(st.integers(1, max(rows, 1))))]
         patches = tuple((i, c, c + 1, float(torch.tensor(hi).to(dtype).double())) for i, c in enumerate(cols_hot))
     elif fam == "subnormal":
         fill = draw(st.one_of(const(subnormal_value(dtype)), st.tuples(st.just("subnormal"), seed)))
@@ -238,27 +244,33 @@ def special_lengths(boundaries, limit):
     return sorted(v for v in out if 1 <= v <= limit)
 
 
+def rarely(rare, common, one_in: int):
+    """`rare` about once in `one_in` draws, else `common`; shrinks towards `common`. (st.one_of
+    weights its branches equally: an empty-tensor branch beside two others was a third of all
+    draws.)"""
+    return st.integers(0, one_in - 1).flatmap(lambda k: rare if k == one_in - 1 else common)
+
+
 def row_lengths(boundaries, allow_empty=True):
-    """Row lengths biased to 1, 2, 2^k +- 1 and every block boundary of the kernels, with an
-    occasional long row and (last, so shrinking avoids it) the empty row."""
+    """Row lengths biased to 1, 2, 2^k +- 1 and every block boundary of the kernels; a long row
+    about once in 8 draws, the empty row about once in 32."""
     lim = LIMITS
-    opts = [st.sampled_from(special_lengths(boundaries, lim.max_cols)), st.integers(1, lim.max_cols)]
+    out = st.one_of(st.sampled_from(special_lengths(boundaries, lim.max_cols)), st.integers(1, lim.max_cols))
     if lim.long_cols > lim.max_cols:
-        opts.append(st.sampled_from(special_lengths(boundaries, lim.long_cols)))
+        out = rarely(st.sampled_from(special_lengths(boundaries, lim.long_cols)), out, 8)
     if allow_empty:
-        opts.append(st.just(0))
-    return st.one_of(*opts)
+        out = rarely(st.just(0), out, 32)
+    return out
 
 
-def batch_shapes(allow_empty=True):
-    """Leading shape: mostly one row axis, sometimes none or two, rarely empty (shrinks to (1,))."""
-    lim = LIMITS
-    rows = st.integers(1, lim.max_rows)
-    opts = [rows.map(lambda r: (r,)), st.just(()),
-            st.tuples(st.integers(1, 3), st.integers(1, max(1, lim.max_rows // 2)))]
+def batch_shapes(allow_empty=True, max_rows=None):
+    """Leading shape: mostly one row axis, sometimes none or two, empty about once in 32 draws."""
+    r = max(1, min(LIMITS.max_rows, max_rows or LIMITS.max_rows))
+    out = st.one_of(st.integers(1, r).map(lambda n: (n,)), st.just(()),
+                    st.tuples(st.integers(1, min(3, r)), st.integers(1, max(1, r // 3))))
     if allow_empty:
-        opts.append(st.sampled_from([(0,), (2, 0)]))
-    return st.one_of(*opts)
+        out = rarely(st.sampled_from([(0,), (2, 0)]), out, 32)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,9 +346,11 @@ class Input:
 
 @st.composite
 def inputs(draw, dtype, boundaries=(), families=FAMILIES, allow_empty=True, max_cols=None, layout=None, cols=None):
-    batch = draw(batch_shapes(allow_empty), label="batch")
     if cols is None:
-        cols = draw(row_lengths(boundaries, allow_empty) if max_cols is None else st.integers(1, max_cols), label="cols")
+        cols = draw(row_lengths(boundaries, allow_empty) if max_cols is None else
+                    st.one_of(st.sampled_from(special_lengths(boundaries, max_cols)), st.integers(1, max_cols)),
+                    label="cols")
+    batch = draw(batch_shapes(allow_empty, max_rows=LIMITS.max_elems // max(cols, 1)), label="batch")
     rows = int(np.prod(batch)) if batch else 1
     lg = draw(logits(rows, cols, dtype, families, boundaries), label="logits")
     lay = draw(layouts(), label="layout") if layout is None else layout

@@ -11,10 +11,11 @@ from ._base import rows_of
 
 
 @triton.jit
-def _kernel(X, Y, n, BLOCK: tl.constexpr):
+def _kernel(X, Y, n, F64: tl.constexpr, BLOCK: tl.constexpr):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
-    x = tl.load(X + row * n + cols, mask=cols < n, other=float("-inf")).to(tl.float32)
+    x = tl.load(X + row * n + cols, mask=cols < n, other=float("-inf")).to(CT)
     e = tl.exp(x - tl.max(x, 0))
     tl.store(Y + row * n + cols, to_out(e / tl.sum(e, 0), Y.dtype.element_ty), mask=cols < n)
 
@@ -25,5 +26,5 @@ def softmax(x):
     y = torch.empty_like(x2)
     if x2.numel():
         block = min(1024, max(16, triton.next_power_of_2(x2.shape[1])))  # BUG: capped, no loop
-        _kernel[(x2.shape[0],)](x2, y, x2.shape[1], BLOCK=block)
+        _kernel[(x2.shape[0],)](x2, y, x2.shape[1], F64=x.dtype == torch.float64, BLOCK=block)
     return y.reshape(x.shape)

@@ -9,10 +9,11 @@ from kernels._numerics import to_out
 
 
 @triton.jit
-def _kernel(X, Y, n, BLOCK: tl.constexpr):
+def _kernel(X, Y, n, F64: tl.constexpr, BLOCK: tl.constexpr):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
-    x = tl.load(X + row * n + cols, mask=cols < n, other=float("-inf")).to(tl.float32)
+    x = tl.load(X + row * n + cols, mask=cols < n, other=float("-inf")).to(CT)
     e = tl.exp(x - tl.max(x, 0))
     tl.store(Y + row * n + cols, to_out(e / tl.sum(e, 0), Y.dtype.element_ty), mask=cols < n)
 
@@ -25,5 +26,5 @@ def softmax(x):
     if rows and n:
         # BUG: x's storage is used as if x were contiguous (no .contiguous(), strides ignored)
         base = x.as_strided((rows, n), (n, 1))
-        _kernel[(rows,)](base, y, n, BLOCK=max(16, triton.next_power_of_2(n)))
+        _kernel[(rows,)](base, y, n, F64=base.dtype == torch.float64, BLOCK=max(16, triton.next_power_of_2(n)))
     return y

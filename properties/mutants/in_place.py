@@ -1,5 +1,6 @@
 """softmax that computes in place in its input and returns it (a memory-saving "optimisation"
 that corrupts the caller's logits)."""
+import torch
 import triton
 import triton.language as tl
 
@@ -8,10 +9,11 @@ from kernels._numerics import to_out
 
 
 @triton.jit
-def _kernel(X, n, stride, BLOCK: tl.constexpr):
+def _kernel(X, n, stride, F64: tl.constexpr, BLOCK: tl.constexpr):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
-    x = tl.load(X + row * stride + cols, mask=cols < n, other=float("-inf")).to(tl.float32)
+    x = tl.load(X + row * stride + cols, mask=cols < n, other=float("-inf")).to(CT)
     e = tl.exp(x - tl.max(x, 0))
     tl.store(X + row * stride + cols, to_out(e / tl.sum(e, 0), X.dtype.element_ty), mask=cols < n)  # BUG
 
@@ -21,5 +23,5 @@ def softmax(x):
     y = x if (x.ndim and x.is_contiguous()) else x.contiguous()
     y2 = y.reshape(-1, y.shape[-1]) if y.ndim else y.reshape(1, 1)
     if y2.numel():
-        _kernel[(y2.shape[0],)](y2, y2.shape[1], y2.stride(0), BLOCK=max(16, triton.next_power_of_2(y2.shape[1])))
+        _kernel[(y2.shape[0],)](y2, y2.shape[1], y2.stride(0), F64=x.dtype == torch.float64, BLOCK=max(16, triton.next_power_of_2(y2.shape[1])))
     return y

@@ -9,10 +9,11 @@ from ._base import launch_forward
 
 
 @triton.jit
-def _kernel(X, Y, n, BLOCK: tl.constexpr):
+def _kernel(X, Y, n, F64: tl.constexpr, BLOCK: tl.constexpr):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
-    x = tl.load(X + row * n + cols, mask=cols < n, other=float("-inf")).to(tl.float32)
+    x = tl.load(X + row * n + cols, mask=cols < n, other=float("-inf")).to(CT)
     x = tl.where(x == x, x, float("-inf"))  # BUG: NaN must poison the row
     e = tl.exp(x - tl.max(x, 0))
     tl.store(Y + row * n + cols, to_out(e / tl.sum(e, 0), Y.dtype.element_ty), mask=cols < n)

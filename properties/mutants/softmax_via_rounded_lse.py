@@ -9,13 +9,14 @@ from ._base import launch_forward
 
 
 @triton.jit
-def _kernel(X, Y, n, BLOCK: tl.constexpr):
+def _kernel(X, Y, n, F64: tl.constexpr, BLOCK: tl.constexpr):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
-    x = tl.load(X + row * n + cols, mask=cols < n, other=float("-inf")).to(tl.float32)
+    x = tl.load(X + row * n + cols, mask=cols < n, other=float("-inf")).to(CT)
     m = tl.max(x, 0)
     lse = m + tl.log(tl.sum(tl.exp(x - m), 0))
-    lse = to_out(lse, Y.dtype.element_ty).to(tl.float32)  # BUG: lse rounded to the input dtype
+    lse = to_out(lse, Y.dtype.element_ty).to(CT)  # BUG: lse rounded to the input dtype
     tl.store(Y + row * n + cols, to_out(tl.exp(x - lse), Y.dtype.element_ty), mask=cols < n)
 
 

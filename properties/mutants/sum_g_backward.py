@@ -8,12 +8,13 @@ from ._base import launch_backward
 
 
 @triton.jit
-def _kernel(Yp, G, DX, n, BLOCK: tl.constexpr):
+def _kernel(Yp, G, DX, n, F64: tl.constexpr, BLOCK: tl.constexpr):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     m = cols < n
-    y = tl.load(Yp + row * n + cols, mask=m, other=0.0).to(tl.float32)
-    g = tl.load(G + row * n + cols, mask=m, other=0.0).to(tl.float32)
+    y = tl.load(Yp + row * n + cols, mask=m, other=0.0).to(CT)
+    g = tl.load(G + row * n + cols, mask=m, other=0.0).to(CT)
     dot = tl.sum(g, 0)  # BUG: should be tl.sum(y * g, 0)
     tl.store(DX + row * n + cols, to_out(y * (g - dot), DX.dtype.element_ty), mask=m)
 

@@ -12,12 +12,13 @@ from ._base import rows_of
 
 
 @triton.jit
-def _kernel(X, Y, n_rows, n, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr):
+def _kernel(X, Y, n_rows, n, F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = tl.arange(0, BLOCK)
     mask = (rows < n_rows)[:, None] & (cols < n)[None, :]
     off = rows[:, None] * n + cols[None, :]
-    x = tl.load(X + off, mask=mask, other=float("-inf")).to(tl.float32)
+    x = tl.load(X + off, mask=mask, other=float("-inf")).to(CT)
     m = tl.max(tl.max(x, 1), 0)  # BUG: one max for the whole tile
     e = tl.exp(x - m)
     tl.store(Y + off, to_out(e / tl.sum(e, 1)[:, None], Y.dtype.element_ty), mask=mask)
@@ -28,6 +29,6 @@ def softmax(x):
     x2 = rows_of(x)
     y = torch.empty_like(x2)
     if x2.numel():
-        _kernel[(triton.cdiv(x2.shape[0], 4),)](x2, y, x2.shape[0], x2.shape[1], BLOCK_R=4,
+        _kernel[(triton.cdiv(x2.shape[0], 4),)](x2, y, x2.shape[0], x2.shape[1], F64=x.dtype == torch.float64, BLOCK_R=4,
                                                  BLOCK=max(16, triton.next_power_of_2(x2.shape[1])))
     return y.reshape(x.shape)
