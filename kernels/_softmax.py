@@ -46,6 +46,18 @@ def _row_off(rows, n1, s0, s1):
 
 
 @triton.jit
+def _store_rows(P, v, rows, cols, mask, n1, s0, s1, sc, COL64: tl.constexpr):
+    """Store a [rows, cols] tile, rounded to P's dtype, at row offsets (n1, s0, s1) and column
+    stride sc (64-bit column offsets when COL64)."""
+    if COL64:
+        col = cols.to(tl.int64) * sc
+    else:
+        col = cols * sc
+    off = _row_off(rows, n1, s0, s1)
+    tl.store(P + off[:, None] + col[None, :], to_out(v, P.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
     """Merge a row's chunk partials (max m_c, sum s_c of exp(x - m_c)) -> (M, S) in float64."""
     c = tl.arange(0, NC)
@@ -119,12 +131,7 @@ def _fwd_kernel(
         else:
             y = d - tl.log(s)[:, None]
         y = tl.where(fin[:, None], y, float("nan"))
-        if Y_COL64:
-            ycol = cols.to(tl.int64) * syc
-        else:
-            ycol = cols * syc
-        yoff = _row_off(rows, n1, sy0, sy1)
-        tl.store(Y + yoff[:, None] + ycol[None, :], to_out(y, Y.dtype.element_ty), mask=mask)
+        _store_rows(Y, y, rows, cols, mask, n1, sy0, sy1, syc, Y_COL64)
 
 
 @triton.jit(do_not_specialize=_NO_SPEC)
@@ -185,12 +192,7 @@ def _bwd_kernel(
         ez = tl.exp(a.to(CT)).to(tl.float64)
         dx = tl.where(plain[:, None], g - ez * full[:, None], ldexp(gs - ez * tot[:, None], k[:, None]))
         dx = tl.where((ez == 0.0) & (tl.abs(tot) < float("inf"))[:, None], g, dx)  # exp(z) = 0: dx = g
-    if D_COL64:
-        dcol = cols.to(tl.int64) * sdc
-    else:
-        dcol = cols * sdc
-    doff = _row_off(rows, n1, sd0, sd1)
-    tl.store(DX + doff[:, None] + dcol[None, :], to_out(dx, DX.dtype.element_ty), mask=mask)
+    _store_rows(DX, dx, rows, cols, mask, n1, sd0, sd1, sdc, D_COL64)
 
 
 JIT_KERNELS = (_fwd_kernel, _bwd_kernel)
