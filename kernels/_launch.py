@@ -191,8 +191,8 @@ def block_boundaries(dtype: torch.dtype = torch.float32) -> list:
 VARIANTS: set = set()
 
 
-def note_variant(kernel, **constexprs) -> None:
-    VARIANTS.add((kernel.__name__ if hasattr(kernel, "__name__") else str(kernel),) + tuple(sorted(constexprs.items())))
+def note_variant(kernel: str, **constexprs) -> None:
+    VARIANTS.add((kernel,) + tuple(sorted(constexprs.items())))
 
 
 def compiled_kernel_count() -> int:

@@ -12,7 +12,7 @@ Two paths, picked from the row length alone (``_launch.row_config``):
   therefore still fill the GPU.
 
 Arithmetic: 16/32-bit inputs are computed in float32, float64 in float64; backward sums and the
-output formula use float64. Every sum is order-independent (``_reduce``), so results are bitwise
+output formula use float64. Every sum is order-independent (``_numerics``), so results are bitwise
 independent of layout and launch shape. Edge rows follow torch: a row with NaN, with +inf, or with
 only -inf gives NaN for softmax/log_softmax; logsumexp gives NaN, +inf and -inf for them.
 """
@@ -143,10 +143,11 @@ def _bwd_kernel(
 ):
     """OP 0: dx = y * (g - sum(y * g)).  OP 1: dx = g - exp(z) * sum(g).  A is y or z.
 
-    g is scaled by 2**-K, the power of two above the row's largest |g| (exact), and the result
-    scaled back at the end, so float64 rows near the overflow threshold keep finite results where
-    the exact VJP is finite (sum(g) itself may exceed the float64 range). A split row carries
-    each chunk's partial sum with its own exponent (PS, PK) and merges them at the largest."""
+    The row sum is formed on g scaled by 2**-k, k the power of two above the row's largest |g|
+    (exact), so it cannot overflow. The output uses the plain formula where the full sum is
+    representable and works in units of 2**k only where it is not (float64 rows near the overflow
+    threshold), so dx is finite wherever the exact VJP is. A split row carries each chunk's
+    partial sum with its own exponent (PS, PK) and merges them at the largest."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
     rmask = rows < n_rows

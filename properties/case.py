@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 import torch
 
-import oracles
-
 from .ops import OPS
 from .strategies import Input
 

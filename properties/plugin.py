@@ -12,9 +12,6 @@
 from __future__ import annotations
 
 import os
-import time
-from collections import defaultdict
-
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
@@ -51,7 +48,7 @@ def pytest_runtest_logreport(report):
             STATS[report.nodeid.split("::")[-1]] = tuple(val)
         elif key == "softmax_ulps":
             for k, v in val.items():
-                k = tuple(k) if isinstance(k, (list, tuple)) else tuple(str(k).split("|"))
+                k = tuple(k)
                 old = WORST_ULP.get(k, (0.0, 0.0))
                 WORST_ULP[k] = (max(old[0], v[0]), max(old[1], v[1]))
         elif key == "softmax_compiles":

@@ -34,10 +34,6 @@ class Limits:
 LIMITS = Limits()
 
 
-def _f64_to(v: torch.Tensor, dtype) -> torch.Tensor:
-    return v.to(dtype)
-
-
 def dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 

@@ -2,8 +2,6 @@
 and the oracle, input validation of the kernels, reproducers that rebuild their tensor exactly)."""
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -13,7 +11,6 @@ import oracles
 from kernels import _launch
 
 from . import strategies as S
-from .case import Case
 from .invariants import REGISTRY
 
 DEV = "cuda" if torch.cuda.is_available() and not kernels.interpreting() else "cpu"
