@@ -1,25 +1,30 @@
-"""Bandwidth benchmark of the project's kernels against torch eager, in model bytes: forward
-2*N*D*s, backward 3*N*D*s, logsumexp N*D*s (+ N*4). Reports GB/s and the fraction of a
-device-to-device copy measured in the same run, prints a table last, and writes results (JSON)
-and one PNG per op and pass when matplotlib is available. (torch.compile, liger-kernel and
-fla-core columns are issue 6's work and not here yet.)
+"""Bandwidth benchmark of the project's kernels against torch eager (and torch.compile with
+--impls), in model bytes. Every ``benchmarks/cases_*.py`` module contributes cases: its
+``cases(quick, impls)`` (or ``cases(quick)``) yields dicts with op, pass_, dtype, D, N, nbytes and impls (name ->
+zero-argument callable, or None where that implementation does not apply). Each is timed with
+``triton.testing.do_bench`` (median); the script reports GB/s and the fraction of a
+device-to-device copy measured in the same run, writes bench.json and one PNG per op and pass,
+and prints the table last.
 
-    python benchmarks/bench.py [--quick] [--out DIR]
+    python benchmarks/bench.py [--quick] [--only softmax,merge] [--impls ours,torch,compile] [--out DIR]
 """
 from __future__ import annotations
 
 import argparse
+import glob
+import importlib
+import inspect
 import json
+import math
 import os
 import sys
 
 import torch
 import triton
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import kernels  # noqa: E402
-
-ELEMS = 2**28  # per tensor: 0.5 GB in bf16, 1 GB in fp32
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 
 def bench(fn):
@@ -27,53 +32,43 @@ def bench(fn):
 
 
 def copy_bw():
-    a = torch.empty(ELEMS, dtype=torch.float32, device="cuda").normal_()
+    a = torch.empty(2**28, dtype=torch.float32, device="cuda").normal_()
     b = torch.empty_like(a)
     ms = bench(lambda: b.copy_(a))
-    return 2 * a.numel() * 4 / ms / 1e6  # GB/s
+    del a, b
+    return 2 * 2**28 * 4 / ms / 1e6  # GB/s
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer row lengths")
+    ap.add_argument("--only", default="", help="comma-separated case modules (softmax, merge, ce, ...)")
+    ap.add_argument("--impls", default="ours,torch", help="implementations to time (ours, torch, compile)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
+    impls = set(args.impls.split(","))
+    names = sorted(os.path.basename(p)[6:-3] for p in glob.glob(os.path.join(HERE, "cases_*.py")))
+    if args.only:
+        names = [n for n in names if n in args.only.split(",")]
     C = copy_bw()
-    Ds = [128, 4096, 65536, 262144] if args.quick else [128, 1024, 4096, 16384, 65536, 262144, 1048576]
     rows = []
-    for dtype in (torch.bfloat16, torch.float32):
-        s = dtype.itemsize
-        for D in Ds:
-            N = max(1, ELEMS // D)
-            x = torch.randn(N, D, device="cuda", dtype=dtype)
-            y = torch.softmax(x.float(), -1).to(dtype)
-            z = torch.log_softmax(x.float(), -1).to(dtype)
-            g = torch.randn_like(x)
-            cases = {
-                ("softmax", "fwd"): (2 * N * D * s, {
-                    "ours": lambda: kernels.softmax(x), "torch": lambda: torch.softmax(x, -1)}),
-                ("log_softmax", "fwd"): (2 * N * D * s, {
-                    "ours": lambda: kernels.log_softmax(x), "torch": lambda: torch.log_softmax(x, -1)}),
-                ("softmax", "bwd"): (3 * N * D * s, {
-                    "ours": lambda: kernels.softmax_backward(y, g),
-                    "torch": lambda: torch._softmax_backward_data(g, y, -1, dtype)}),
-                ("log_softmax", "bwd"): (3 * N * D * s, {
-                    "ours": lambda: kernels.log_softmax_backward(z, g),
-                    "torch": lambda: torch._log_softmax_backward_data(g, z, -1, dtype)}),
-                ("logsumexp", "fwd"): (N * D * s + N * 4, {
-                    "ours": lambda: kernels.logsumexp(x), "torch": lambda: torch.logsumexp(x, -1)}),
-            }
-            for (op, pas), (nbytes, impls) in cases.items():
-                for impl, fn in impls.items():
-                    try:
-                        ms = bench(fn)
-                        gbs = nbytes / ms / 1e6
-                    except Exception as e:  # record, keep going
-                        ms, gbs = float("nan"), float("nan")
-                        print(f"{op} {pas} {impl} D={D}: {type(e).__name__}: {e}", file=sys.stderr)
-                    rows.append(dict(op=op, pass_=pas, dtype=str(dtype).replace("torch.", ""), D=D, N=N,
-                                     impl=impl, ms=ms, gbs=gbs, frac=gbs / C))
-            del x, y, z, g
+    for name in names:
+        mod = importlib.import_module(f"cases_{name}")
+        takes_impls = len(inspect.signature(mod.cases).parameters) > 1
+        for case in (mod.cases(args.quick, impls) if takes_impls else mod.cases(args.quick)):
+            for impl, fn in case["impls"].items():
+                if fn is None or impl not in impls:
+                    continue
+                try:
+                    ms = bench(fn)
+                    gbs = case["nbytes"] / ms / 1e6
+                except Exception as e:  # record, keep going
+                    ms = gbs = float("nan")
+                    print(f"{case['op']} {case['pass_']} {impl} D={case['D']}: {type(e).__name__}: {str(e)[:300]}",
+                          file=sys.stderr)
+                rows.append(dict(op=case["op"], pass_=case["pass_"], dtype=case["dtype"], D=case["D"], N=case["N"],
+                                 impl=impl, ms=ms, gbs=gbs, frac=gbs / C))
+            del case
             torch.cuda.empty_cache()
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump(dict(copy_gbs=C, device=torch.cuda.get_device_name(0), torch=torch.__version__,
@@ -82,15 +77,24 @@ def main():
         _plots(rows, C, args.out)
     except Exception as e:  # pragma: no cover
         print(f"(no plots: {e})", file=sys.stderr)
-    print(f"\ncopy: {C:.0f} GB/s   device: {torch.cuda.get_device_name(0)}  torch {torch.__version__}  triton {triton.__version__}")
-    print(f"{'op':12s} {'pass':4s} {'dtype':9s} {'D':>8s} {'ours GB/s':>10s} {'frac':>6s} {'torch GB/s':>10s} {'frac':>6s}")
+    table(rows, C)
+
+
+def table(rows, C):
+    order = [i for i in ("ours", "torch", "compile") if any(r["impl"] == i for r in rows)]
+    order += sorted({r["impl"] for r in rows} - set(order))
+    print(f"\ncopy: {C:.0f} GB/s   device: {torch.cuda.get_device_name(0)}  torch {torch.__version__}  "
+          f"triton {triton.__version__}   (GB/s in model bytes, and the fraction of copy)")
+    print(f"{'op':16s} {'pass':7s} {'dtype':9s} {'D':>8s} {'N':>8s} " + " ".join(f"{i:>16s}" for i in order))
     key = {}
     for r in rows:
-        key.setdefault((r["op"], r["pass_"], r["dtype"], r["D"]), {})[r["impl"]] = r
-    for (op, pas, dt, D), d in key.items():
-        o, t = d.get("ours", {}), d.get("torch", {})
-        print(f"{op:12s} {pas:4s} {dt:9s} {D:8d} {o.get('gbs', float('nan')):10.0f} {o.get('frac', float('nan')):6.2f} "
-              f"{t.get('gbs', float('nan')):10.0f} {t.get('frac', float('nan')):6.2f}")
+        key.setdefault((r["op"], r["pass_"], r["dtype"], r["D"], r["N"]), {})[r["impl"]] = r
+    for (op, pas, dt, D, N), d in key.items():
+        cells = []
+        for i in order:
+            r = d.get(i)
+            cells.append(f"{r['gbs']:9.0f} ({r['frac']:4.2f})" if r and not math.isnan(r["gbs"]) else f"{'-':>16s}")
+        print(f"{op:16s} {pas:7s} {dt:9s} {D:8d} {N:8d} " + " ".join(cells))
 
 
 def _plots(rows, C, out):
@@ -99,10 +103,10 @@ def _plots(rows, C, out):
     import matplotlib.pyplot as plt
     for (op, pas) in sorted({(r["op"], r["pass_"]) for r in rows}):
         fig, ax = plt.subplots(figsize=(6, 4))
-        for dt in ("bfloat16", "float32"):
-            for impl in ("ours", "torch"):
-                pts = sorted((r["D"], r["gbs"]) for r in rows if r["op"] == op and r["pass_"] == pas
-                             and r["dtype"] == dt and r["impl"] == impl)
+        sel = [r for r in rows if r["op"] == op and r["pass_"] == pas]
+        for dt in sorted({r["dtype"] for r in sel}):
+            for impl in sorted({r["impl"] for r in sel}):
+                pts = sorted((r["D"], r["gbs"]) for r in sel if r["dtype"] == dt and r["impl"] == impl)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{impl} {dt}")
         ax.axhline(C, color="k", ls="--", lw=0.8, label="copy")
@@ -112,7 +116,7 @@ def _plots(rows, C, out):
         ax.set_title(f"{op} {pas}")
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(os.path.join(out, f"bench_{op}_{pas}.png"), dpi=90)
+        fig.savefig(os.path.join(out, f"bench_{op}_{pas.replace('+', '_')}.png"), dpi=90)
         plt.close(fig)
 
 

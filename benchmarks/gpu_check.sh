@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # One GPU session in one call: the property suite (gpu profile unless PROFILE is set), then the
 # benchmark; the benchmark table is printed last. Logs and results go to $OUT (or ./gpu-out).
+#   progress.log: a line per finished test and every failure's full report, written as they happen
+#   suite.log:    pytest's own output;  bench.log / bench.json / *.png: the benchmark
+# Triton's cache starts empty (TRITON_CACHE_DIR, unless set), so the number of kernels compiled in
+# the run is counted (cubins in the cache afterwards) along with the wall time.
 set -uo pipefail
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
 PROFILE=${PROFILE:-gpu}
 export PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 start=$(date +%s)
-timeout ${SUITE_TIMEOUT:-900} python3 -m pytest -m properties --hypothesis-profile="$PROFILE" -q -p no:randomly -p no:benchmark ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/suite.log" | tail -n 120
+# SIGINT first, so pytest (and xdist) stop cleanly and still print failures and the summary
+timeout -s INT -k 30 ${SUITE_TIMEOUT:-900} python3 -m pytest -m properties --hypothesis-profile="$PROFILE" -q \
+  -p no:randomly -p no:benchmark --properties-log "$OUT/progress.log" ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/suite.log" | tail -n 150
 status=$?
-echo "suite wall time: $(( $(date +%s) - start )) s, exit status $status" | tee -a "$OUT/suite.log"
+echo "suite wall time: $(( $(date +%s) - start )) s, exit status $status," \
+     "Triton compilations in the run: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" | tee -a "$OUT/suite.log"
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
-  python3 benchmarks/bench.py ${BENCH_ARGS:-} --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -n 80
+  mkdir -p "$OUT/bench"  # bench.json and the PNGs, packed into one file (the device tool returns 8 files)
+  python3 benchmarks/bench.py ${BENCH_ARGS:-} --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -n 80
+  tar czf "$OUT/bench.tgz" -C "$OUT" bench && rm -rf "$OUT/bench"
 fi
 exit $status

@@ -41,19 +41,24 @@ def _rows_cols(BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, PHASE: tl.constexpr
 
 
 @triton.jit
-def _row_off(rows, n1, s0, s1):
-    return (rows // n1) * s0 + (rows % n1) * s1
+def _row_off(rows, n1, s0, s1, ALIGN: tl.constexpr):
+    off = (rows // n1) * s0 + (rows % n1) * s1
+    if ALIGN:
+        off = tl.multiple_of(off, 16)
+    return off
 
 
 @triton.jit
-def _store_rows(P, v, rows, cols, mask, n1, s0, s1, sc, COL64: tl.constexpr):
+def _store_rows(P, v, rows, cols, mask, n1, s0, s1, sc, COL: tl.constexpr, ALIGN: tl.constexpr):
     """Store a [rows, cols] tile, rounded to P's dtype, at row offsets (n1, s0, s1) and column
-    stride sc (64-bit column offsets when COL64)."""
-    if COL64:
-        col = cols.to(tl.int64) * sc
-    else:
+    stride sc (COL: contiguous, 32-bit or 64-bit column offsets)."""
+    if COL == 0:
+        col = cols
+    elif COL == 1:
         col = cols * sc
-    off = _row_off(rows, n1, s0, s1)
+    else:
+        col = cols.to(tl.int64) * sc
+    off = _row_off(rows, n1, s0, s1, ALIGN)
     tl.store(P + off[:, None] + col[None, :], to_out(v, P.dtype.element_ty), mask=mask)
 
 
@@ -73,17 +78,23 @@ def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
     return M, sum_scaled(w)
 
 
-# Integer arguments that only count rows or chunks are not specialized (Triton would otherwise
-# compile a variant per "== 1" / "divisible by 16" pattern); strides and n_cols stay specialized,
-# since their divisibility is what lets loads be vectorized.
-_NO_SPEC = ["n_rows", "n1", "n_chunks"]
+# Integer arguments are not specialized: Triton would otherwise compile a variant for every
+# combination of "== 1" / "divisible by 16" over the strides, which made a GPU run mostly
+# compilation. What the specializations bought is passed as constexprs instead: IN_ALIGN and
+# OUT_ALIGN (every input / output row starts at a multiple of 16 elements from its base, so
+# accesses can be vectorized) and YCOL/DCOL (output columns contiguous, 32-bit strided or 64-bit
+# strided). n_cols stays specialized: its divisibility makes
+# the column mask uniform over vector groups.
+_NO_SPEC = ["n_rows", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "syc",
+            "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
+COL_CONTIG, COL_I32, COL_I64 = 0, 1, 2
 
 
 @triton.jit(do_not_specialize=_NO_SPEC)
 def _fwd_kernel(
     X, Y, PM, PS,
     n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc, n_chunks,
-    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, Y_COL64: tl.constexpr,
+    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, YCOL: tl.constexpr, IN_ALIGN: tl.constexpr, OUT_ALIGN: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
@@ -96,9 +107,9 @@ def _fwd_kernel(
         M, S = _merge_partials(PM, PS, rows, n_chunks, NC)
         fin = tl.abs(M) < float("inf")
         lse = tl.where(fin, tl.where(fin, M, 0.0) + tl.log(S), M)
-        tl.store(Y + _row_off(rows, n1, sy0, sy1), to_out(lse, Y.dtype.element_ty), mask=rmask)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1, OUT_ALIGN), to_out(lse, Y.dtype.element_ty), mask=rmask)
         return
-    xoff = _row_off(rows, n1, sx0, sx1)
+    xoff = _row_off(rows, n1, sx0, sx1, IN_ALIGN)
     x = tl.load(X + xoff[:, None] + cols[None, :], mask=mask, other=float("-inf")).to(CT)
     if PHASE == 2:
         M, S64 = _merge_partials(PM, PS, rows, n_chunks, NC)
@@ -122,7 +133,7 @@ def _fwd_kernel(
         s = s64.to(CT)
     if OP == 2:
         lse = tl.where(fin, ms + tl.log(s), m)
-        tl.store(Y + _row_off(rows, n1, sy0, sy1), to_out(lse, Y.dtype.element_ty), mask=rmask)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1, OUT_ALIGN), to_out(lse, Y.dtype.element_ty), mask=rmask)
     else:
         if OP == 0:
             # 0 <= y <= 1 exactly; the GPU's approximate division (div.full.f32, 2 ulp) can
@@ -131,14 +142,14 @@ def _fwd_kernel(
         else:
             y = d - tl.log(s)[:, None]
         y = tl.where(fin[:, None], y, float("nan"))
-        _store_rows(Y, y, rows, cols, mask, n1, sy0, sy1, syc, Y_COL64)
+        _store_rows(Y, y, rows, cols, mask, n1, sy0, sy1, syc, YCOL, OUT_ALIGN)
 
 
 @triton.jit(do_not_specialize=_NO_SPEC)
 def _bwd_kernel(
     A, G, DX, PS, PK,
     n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, n_chunks,
-    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, D_COL64: tl.constexpr,
+    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, DCOL: tl.constexpr, IN_ALIGN: tl.constexpr, OUT_ALIGN: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr,
 ):
     """OP 0: dx = y * (g - sum(y * g)).  OP 1: dx = g - exp(z) * sum(g).  A is y or z.
@@ -152,8 +163,8 @@ def _bwd_kernel(
     rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
     rmask = rows < n_rows
     mask = rmask[:, None] & (cols < n_cols)[None, :]
-    aoff = _row_off(rows, n1, sa0, sa1)
-    goff = _row_off(rows, n1, sg0, sg1)
+    aoff = _row_off(rows, n1, sa0, sa1, IN_ALIGN)
+    goff = _row_off(rows, n1, sg0, sg1, IN_ALIGN)
     other_a = 0.0 if OP == 0 else float("-inf")
     a = tl.load(A + aoff[:, None] + cols[None, :], mask=mask, other=other_a)
     g = tl.load(G + goff[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float64)
@@ -193,7 +204,7 @@ def _bwd_kernel(
         ez = tl.exp(a.to(CT)).to(tl.float64)
         dx = tl.where(plain[:, None], g - ez * full[:, None], ldexp(gs - ez * tot[:, None], k[:, None]))
         dx = tl.where((ez == 0.0) & (tl.abs(tot) < float("inf"))[:, None], g, dx)  # exp(z) = 0: dx = g
-    _store_rows(DX, dx, rows, cols, mask, n1, sd0, sd1, sdc, D_COL64)
+    _store_rows(DX, dx, rows, cols, mask, n1, sd0, sd1, sdc, DCOL, OUT_ALIGN)
 
 
 JIT_KERNELS = (_fwd_kernel, _bwd_kernel)
@@ -206,8 +217,20 @@ def _grid(cfg: L.Config, n_rows: int, phase: int):
     return (n_rows, cfg.n_chunks)
 
 
+def _col_mode(n_cols: int, stride: int) -> int:
+    if stride == 1:
+        return COL_CONTIG
+    return COL_I64 if (n_cols - 1) * stride > _INT32_MAX else COL_I32
+
+
+def _aligned(*strides: int) -> bool:
+    """Row offsets are multiples of 16 elements (what Triton's own stride specialization tests)."""
+    return all(s % 16 == 0 for s in strides)
+
+
 def _nc(cfg: L.Config) -> int:
-    return max(2, triton.next_power_of_2(cfg.n_chunks)) if cfg.split else 1
+    # at least 16: fewer compiled variants, and the merge of 16 partials costs nothing
+    return max(16, triton.next_power_of_2(cfg.n_chunks)) if cfg.split else 1
 
 
 def _forward(x: torch.Tensor, dim: int, op: int, name: str) -> torch.Tensor:
@@ -237,9 +260,9 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     (sx0, sx1), = plan.in_strides
     (sy0, sy1), = plan.out_strides
     syc = plan.out_col_strides[0] or 1
-    f64 = dtype == torch.float64
-    col64 = (plan.n_cols - 1) * syc > _INT32_MAX
-    common = dict(OP=op, F64=f64, Y_COL64=col64, BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
+    common = dict(OP=op, F64=dtype == torch.float64, YCOL=_col_mode(plan.n_cols, syc),
+                  IN_ALIGN=_aligned(sx0, sx1), OUT_ALIGN=_aligned(sy0, sy1),
+                  BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
     args = (plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc, cfg.n_chunks)
     if not cfg.split:
         L.note_variant("fwd", PHASE=WHOLE, dtype=str(dtype), **{k: v for k, v in common.items()}, BLOCK_R=cfg.block_r)
@@ -249,9 +272,10 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     ps = torch.empty_like(pm)
     nc = _nc(cfg)
     for phase in (PARTIAL, FINISH):
-        L.note_variant("fwd", PHASE=phase, dtype=str(dtype), NC=nc, **common)
+        ncp = nc if phase == FINISH else 1  # only the merge reads NC partials
+        L.note_variant("fwd", PHASE=phase, dtype=str(dtype), NC=ncp, **common)
         grid = (plan.n_rows, 1) if (phase == FINISH and op == LOGSUMEXP) else (plan.n_rows, cfg.n_chunks)
-        _fwd_kernel[grid](x, y, pm, ps, *args, PHASE=phase, BLOCK_R=1, NC=nc, **common)
+        _fwd_kernel[grid](x, y, pm, ps, *args, PHASE=phase, BLOCK_R=1, NC=ncp, **common)
 
 
 def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_name: str, g_name: str):
@@ -267,8 +291,9 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         (sa0, sa1), (sg0, sg1) = plan.in_strides
         (sd0, sd1), = plan.out_strides
         sdc = plan.out_col_strides[0] or 1
-        col64 = (plan.n_cols - 1) * sdc > _INT32_MAX
-        common = dict(OP=op, F64=a.dtype == torch.float64, D_COL64=col64, BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
+        common = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc),
+                      IN_ALIGN=_aligned(sa0, sa1, sg0, sg1), OUT_ALIGN=_aligned(sd0, sd1),
+                      BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
         if not cfg.split:
             L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, **common)
@@ -278,8 +303,9 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
             pk = torch.empty_like(ps)
             nc = _nc(cfg)
             for phase in (PARTIAL, FINISH):
-                L.note_variant("bwd", PHASE=phase, dtype=str(a.dtype), NC=nc, **common)
-                _bwd_kernel[(plan.n_rows, cfg.n_chunks)](ax, gx, dx, ps, pk, *args, PHASE=phase, BLOCK_R=1, NC=nc, **common)
+                ncp = nc if phase == FINISH else 1
+                L.note_variant("bwd", PHASE=phase, dtype=str(a.dtype), NC=ncp, **common)
+                _bwd_kernel[(plan.n_rows, cfg.n_chunks)](ax, gx, dx, ps, pk, *args, PHASE=phase, BLOCK_R=1, NC=ncp, **common)
     return dx.reshape(()) if squeeze else dx
 
 

@@ -39,7 +39,24 @@ STATS: dict = {}  # test id -> (examples, seconds)
 COMPILES: dict = {}  # worker -> (variants requested, Triton compilations)
 
 
+def _log(config, report):
+    """--properties-log: one line per finished test, and each failure's full report, written as
+    the report arrives (under xdist too), so a run cut short by a time limit still leaves them."""
+    path = config.getoption("properties_log", None) if config else None
+    if not path or (report.when != "call" and report.passed):
+        return
+    n, t = next((tuple(v) for k, v in report.user_properties if k == "softmax_stats"), (0, 0.0))
+    with open(path, "a") as f:
+        f.write(f"{report.outcome.upper():8s} {report.when:5s} {report.duration:8.1f}s {n:6d} examples  {report.nodeid}\n")
+        if report.failed:
+            f.write(report.longreprtext + "\n" + "-" * 100 + "\n")
+
+
+_CONFIG = []
+
+
 def pytest_runtest_logreport(report):
+    _log(_CONFIG[0] if _CONFIG else None, report)
     if report.when != "call":
         return
     worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
@@ -67,9 +84,12 @@ def pytest_addoption(parser):
     group = parser.getgroup("softmax-properties", "softmax-family property suite")
     group.addoption("--target", default="kernels", metavar="MODULE",
                     help="importable module whose softmax/log_softmax/logsumexp/... are tested (default: kernels)")
+    group.addoption("--properties-log", default=None, metavar="PATH",
+                    help="append a line per finished test and every failure's report to PATH as they happen")
 
 
 def pytest_configure(config):
+    _CONFIG[:] = [config]
     config.addinivalue_line("markers", "properties: property-based correctness tests of softmax-family kernels")
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("gpu" if torch.cuda.is_available() else "ci")
