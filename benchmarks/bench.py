@@ -68,6 +68,8 @@ def main():
                           file=sys.stderr)
                 rows.append(dict(op=case["op"], pass_=case["pass_"], dtype=case["dtype"], D=case["D"], N=case["N"],
                                  impl=impl, ms=ms, gbs=gbs, frac=gbs / C))
+                print(f"  {case['op']} {case['pass_']} {case['dtype']} D={case['D']} {impl}: {gbs:.0f} GB/s "
+                      f"({gbs / C:.2f} of copy)", file=sys.stderr, flush=True)
             del case
             torch.cuda.empty_cache()
     with open(os.path.join(args.out, "bench.json"), "w") as f:

@@ -20,7 +20,7 @@ echo "suite wall time: $(( $(date +%s) - start )) s, exit status $status," \
      "Triton compilations in the run: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" | tee -a "$OUT/suite.log"
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
   mkdir -p "$OUT/bench"  # bench.json and the PNGs, packed into one file (the device tool returns 8 files)
-  python3 benchmarks/bench.py ${BENCH_ARGS:-} --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -n 80
+  timeout -s INT ${BENCH_TIMEOUT:-1800} python3 benchmarks/bench.py ${BENCH_ARGS:-} --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -n 80
   tar czf "$OUT/bench.tgz" -C "$OUT" bench && rm -rf "$OUT/bench"
 fi
 exit $status

@@ -41,25 +41,28 @@ def _rows_cols(BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, PHASE: tl.constexpr
 
 
 @triton.jit
-def _row_off(rows, n1, s0, s1, ALIGN: tl.constexpr):
-    off = (rows // n1) * s0 + (rows % n1) * s1
-    if ALIGN:
-        off = tl.multiple_of(off, 16)
-    return off
+def _row_off(rows, n1, s0, s1):
+    return (rows // n1) * s0 + (rows % n1) * s1
 
 
 @triton.jit
-def _store_rows(P, v, rows, cols, mask, n1, s0, s1, sc, COL: tl.constexpr, ALIGN: tl.constexpr):
-    """Store a [rows, cols] tile, rounded to P's dtype, at row offsets (n1, s0, s1) and column
-    stride sc (COL: contiguous, 32-bit or 64-bit column offsets)."""
+def _out_ptrs(P, rows, cols, n1, s0, s1, sc, COL: tl.constexpr):
+    """Pointers of a [rows, cols] output tile at row offsets (n1, s0, s1) and column stride sc
+    (COL: contiguous, 32-bit or 64-bit column offsets)."""
+    off = _row_off(rows, n1, s0, s1)
     if COL == 0:
         col = cols
     elif COL == 1:
         col = cols * sc
     else:
         col = cols.to(tl.int64) * sc
-    off = _row_off(rows, n1, s0, s1, ALIGN)
-    tl.store(P + off[:, None] + col[None, :], to_out(v, P.dtype.element_ty), mask=mask)
+    return P + off[:, None] + col[None, :]
+
+
+# VEC (checked by the launcher): every row starts 16-byte aligned and the row length is a multiple
+# of 16, so runs of 16 columns are contiguous, aligned and uniformly masked and accesses can be
+# vectorized. The hints (tl.multiple_of / max_contiguous / max_constancy) must be written in the
+# kernel bodies: Triton drops them when they are made inside a called jit function.
 
 
 @triton.jit
@@ -78,23 +81,22 @@ def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
     return M, sum_scaled(w)
 
 
-# Integer arguments are not specialized: Triton would otherwise compile a variant for every
-# combination of "== 1" / "divisible by 16" over the strides, which made a GPU run mostly
-# compilation. What the specializations bought is passed as constexprs instead: IN_ALIGN and
-# OUT_ALIGN (every input / output row starts at a multiple of 16 elements from its base, so
-# accesses can be vectorized) and YCOL/DCOL (output columns contiguous, 32-bit strided or 64-bit
-# strided). n_cols stays specialized: its divisibility makes
-# the column mask uniform over vector groups.
-_NO_SPEC = ["n_rows", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "syc",
+# No argument is specialized by value or alignment: Triton would otherwise compile a variant for
+# every combination of "== 1" / "divisible by 16" over n_cols, the strides and the pointers, which
+# made a GPU run of the suite mostly compilation. What those specializations bought is passed as
+# two constexprs instead: VEC (rows 16-byte aligned, row length a multiple of 16: vectorized
+# access, see _out_ptrs) and YCOL/DCOL (output columns contiguous, 32-bit or 64-bit strided).
+_NO_SPEC = ["n_rows", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "syc",
             "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
+_NO_ALIGN = _NO_SPEC + ["X", "Y", "PM", "PS", "A", "G", "DX", "PK"]  # (ints too: some versions key "% 16" on this list)
 COL_CONTIG, COL_I32, COL_I64 = 0, 1, 2
 
 
-@triton.jit(do_not_specialize=_NO_SPEC)
+@triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _fwd_kernel(
     X, Y, PM, PS,
     n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc, n_chunks,
-    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, YCOL: tl.constexpr, IN_ALIGN: tl.constexpr, OUT_ALIGN: tl.constexpr,
+    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, YCOL: tl.constexpr, VEC: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
@@ -107,10 +109,14 @@ def _fwd_kernel(
         M, S = _merge_partials(PM, PS, rows, n_chunks, NC)
         fin = tl.abs(M) < float("inf")
         lse = tl.where(fin, tl.where(fin, M, 0.0) + tl.log(S), M)
-        tl.store(Y + _row_off(rows, n1, sy0, sy1, OUT_ALIGN), to_out(lse, Y.dtype.element_ty), mask=rmask)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1), to_out(lse, Y.dtype.element_ty), mask=rmask)
         return
-    xoff = _row_off(rows, n1, sx0, sx1, IN_ALIGN)
-    x = tl.load(X + xoff[:, None] + cols[None, :], mask=mask, other=float("-inf")).to(CT)
+    xp = X + _row_off(rows, n1, sx0, sx1)[:, None] + cols[None, :]
+    vmask = mask
+    if VEC:
+        xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+        vmask = tl.max_constancy(mask, [1, 16])
+    x = tl.load(xp, mask=vmask, other=float("-inf")).to(CT)
     if PHASE == 2:
         M, S64 = _merge_partials(PM, PS, rows, n_chunks, NC)
         m = M.to(CT)
@@ -133,7 +139,7 @@ def _fwd_kernel(
         s = s64.to(CT)
     if OP == 2:
         lse = tl.where(fin, ms + tl.log(s), m)
-        tl.store(Y + _row_off(rows, n1, sy0, sy1, OUT_ALIGN), to_out(lse, Y.dtype.element_ty), mask=rmask)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1), to_out(lse, Y.dtype.element_ty), mask=rmask)
     else:
         if OP == 0:
             # 0 <= y <= 1 exactly; the GPU's approximate division (div.full.f32, 2 ulp) can
@@ -142,14 +148,17 @@ def _fwd_kernel(
         else:
             y = d - tl.log(s)[:, None]
         y = tl.where(fin[:, None], y, float("nan"))
-        _store_rows(Y, y, rows, cols, mask, n1, sy0, sy1, syc, YCOL, OUT_ALIGN)
+        yp = _out_ptrs(Y, rows, cols, n1, sy0, sy1, syc, YCOL)
+        if VEC and YCOL == 0:
+            yp = tl.max_contiguous(tl.multiple_of(yp, [1, 16]), [1, 16])
+        tl.store(yp, to_out(y, Y.dtype.element_ty), mask=vmask)
 
 
-@triton.jit(do_not_specialize=_NO_SPEC)
+@triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _bwd_kernel(
     A, G, DX, PS, PK,
     n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, n_chunks,
-    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, DCOL: tl.constexpr, IN_ALIGN: tl.constexpr, OUT_ALIGN: tl.constexpr,
+    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, DCOL: tl.constexpr, VEC: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr,
 ):
     """OP 0: dx = y * (g - sum(y * g)).  OP 1: dx = g - exp(z) * sum(g).  A is y or z.
@@ -163,11 +172,16 @@ def _bwd_kernel(
     rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
     rmask = rows < n_rows
     mask = rmask[:, None] & (cols < n_cols)[None, :]
-    aoff = _row_off(rows, n1, sa0, sa1, IN_ALIGN)
-    goff = _row_off(rows, n1, sg0, sg1, IN_ALIGN)
     other_a = 0.0 if OP == 0 else float("-inf")
-    a = tl.load(A + aoff[:, None] + cols[None, :], mask=mask, other=other_a)
-    g = tl.load(G + goff[:, None] + cols[None, :], mask=mask, other=0.0).to(tl.float64)
+    ap = A + _row_off(rows, n1, sa0, sa1)[:, None] + cols[None, :]
+    gp = G + _row_off(rows, n1, sg0, sg1)[:, None] + cols[None, :]
+    vmask = mask
+    if VEC:
+        ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
+        gp = tl.max_contiguous(tl.multiple_of(gp, [1, 16]), [1, 16])
+        vmask = tl.max_constancy(mask, [1, 16])
+    a = tl.load(ap, mask=vmask, other=other_a)
+    g = tl.load(gp, mask=vmask, other=0.0).to(tl.float64)
     if PHASE == 2:
         c = tl.arange(0, NC)
         pmask = rmask[:, None] & (c < n_chunks)[None, :]
@@ -204,7 +218,10 @@ def _bwd_kernel(
         ez = tl.exp(a.to(CT)).to(tl.float64)
         dx = tl.where(plain[:, None], g - ez * full[:, None], ldexp(gs - ez * tot[:, None], k[:, None]))
         dx = tl.where((ez == 0.0) & (tl.abs(tot) < float("inf"))[:, None], g, dx)  # exp(z) = 0: dx = g
-    _store_rows(DX, dx, rows, cols, mask, n1, sd0, sd1, sdc, DCOL, OUT_ALIGN)
+    dp = _out_ptrs(DX, rows, cols, n1, sd0, sd1, sdc, DCOL)
+    if VEC and DCOL == 0:
+        dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
+    tl.store(dp, to_out(dx, DX.dtype.element_ty), mask=vmask)
 
 
 JIT_KERNELS = (_fwd_kernel, _bwd_kernel)
@@ -223,9 +240,14 @@ def _col_mode(n_cols: int, stride: int) -> int:
     return COL_I64 if (n_cols - 1) * stride > _INT32_MAX else COL_I32
 
 
-def _aligned(*strides: int) -> bool:
-    """Row offsets are multiples of 16 elements (what Triton's own stride specialization tests)."""
-    return all(s % 16 == 0 for s in strides)
+def _vec(n_cols: int, *rows) -> bool:
+    """True when rows of n_cols may be accessed in aligned vectors of 16 bytes: n_cols % 16 == 0
+    and, for each (tensor, s0, s1), the base address and both row strides (in bytes) are
+    multiples of 16. (A wrong True would be a misaligned access; the kernels trust it.)"""
+    if n_cols % 16:
+        return False
+    return all(t.data_ptr() % 16 == 0 and (s0 * t.element_size()) % 16 == 0 and (s1 * t.element_size()) % 16 == 0
+               for t, s0, s1 in rows)
 
 
 def _nc(cfg: L.Config) -> int:
@@ -260,22 +282,23 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     (sx0, sx1), = plan.in_strides
     (sy0, sy1), = plan.out_strides
     syc = plan.out_col_strides[0] or 1
-    common = dict(OP=op, F64=dtype == torch.float64, YCOL=_col_mode(plan.n_cols, syc),
-                  IN_ALIGN=_aligned(sx0, sx1), OUT_ALIGN=_aligned(sy0, sy1),
+    vec = _vec(plan.n_cols, (x, sx0, sx1)) and (op == LOGSUMEXP or _vec(plan.n_cols, (y, sy0, sy1)))
+    common = dict(F64=dtype == torch.float64, YCOL=_col_mode(plan.n_cols, syc), VEC=vec,
                   BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
     args = (plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc, cfg.n_chunks)
     if not cfg.split:
-        L.note_variant("fwd", PHASE=WHOLE, dtype=str(dtype), **{k: v for k, v in common.items()}, BLOCK_R=cfg.block_r)
-        _fwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](x, y, x, x, *args, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
+        L.note_variant("fwd", OP=op, PHASE=WHOLE, dtype=str(dtype), BLOCK_R=cfg.block_r, **common)
+        _fwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](x, y, y, y, *args, OP=op, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
         return
     pm = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=x.device)
     ps = torch.empty_like(pm)
     nc = _nc(cfg)
     for phase in (PARTIAL, FINISH):
-        ncp = nc if phase == FINISH else 1  # only the merge reads NC partials
-        L.note_variant("fwd", PHASE=phase, dtype=str(dtype), NC=ncp, **common)
+        # the partial phase is the same for every op (and writes no Y): one variant serves all
+        opp, yy, ncp = (op, y, nc) if phase == FINISH else (SOFTMAX, x, 1)
+        L.note_variant("fwd", OP=opp, PHASE=phase, dtype=str(dtype), NC=ncp, **common)
         grid = (plan.n_rows, 1) if (phase == FINISH and op == LOGSUMEXP) else (plan.n_rows, cfg.n_chunks)
-        _fwd_kernel[grid](x, y, pm, ps, *args, PHASE=phase, BLOCK_R=1, NC=ncp, **common)
+        _fwd_kernel[grid](x, yy, pm, ps, *args, OP=opp, PHASE=phase, BLOCK_R=1, NC=ncp, **common)
 
 
 def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_name: str, g_name: str):
@@ -291,13 +314,13 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         (sa0, sa1), (sg0, sg1) = plan.in_strides
         (sd0, sd1), = plan.out_strides
         sdc = plan.out_col_strides[0] or 1
-        common = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc),
-                      IN_ALIGN=_aligned(sa0, sa1, sg0, sg1), OUT_ALIGN=_aligned(sd0, sd1),
+        vec = _vec(plan.n_cols, (ax, sa0, sa1), (gx, sg0, sg1), (dx, sd0, sd1))
+        common = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc), VEC=vec,
                       BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
         if not cfg.split:
             L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, **common)
-            _bwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](ax, gx, dx, ax, ax, *args, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
+            _bwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](ax, gx, dx, dx, dx, *args, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
         else:
             ps = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=a.device)
             pk = torch.empty_like(ps)

@@ -41,9 +41,10 @@ COMPILES: dict = {}  # worker -> (variants requested, Triton compilations)
 
 def _log(config, report):
     """--properties-log: one line per finished test, and each failure's full report, written as
-    the report arrives (under xdist too), so a run cut short by a time limit still leaves them."""
+    the report arrives (under xdist by the controller alone), so a run cut short by a time limit
+    still leaves them."""
     path = config.getoption("properties_log", None) if config else None
-    if not path or (report.when != "call" and report.passed):
+    if not path or hasattr(config, "workerinput") or (report.when != "call" and report.passed):
         return
     n, t = next((tuple(v) for k, v in report.user_properties if k == "softmax_stats"), (0, 0.0))
     with open(path, "a") as f:

@@ -4,6 +4,7 @@ to at most 4 elements per input; the others report their size (the shrinker does
 reach the smallest case over (invariant, case) pairs, and catching is what is required)."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -37,9 +38,29 @@ MUTANTS = {  # module in properties/mutants -> the op it breaks
 MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4}
 
 
+@contextlib.contextmanager
+def small_shapes():
+    """The ci profile's shape limits whatever the profile: the mutants' bugs show on small
+    tensors, and on a GPU the gpu profile's shapes would make each search take minutes."""
+    from .plugin import LIMITS
+    saved = dict(vars(S.LIMITS))
+    for k, v in vars(LIMITS["ci"]).items():
+        setattr(S.LIMITS, k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(S.LIMITS, k, v)
+
+
 def search(module: str, op: str, device: str, max_examples: int):
     """Hypothesis.find over (invariant, case) pairs for op: the smallest case on which some
-    invariant fails for the module (NoSuchExample if none does)."""
+    invariant fails for the module (NoSuchExample if none does), on small shapes."""
+    with small_shapes():
+        return _search(module, op, device, max_examples)
+
+
+def _search(module: str, op: str, device: str, max_examples: int):
     mutant = Target(module)
     mutant.device = device
     mutant.record = False  # keep the searches out of the suite's error statistics
