@@ -46,23 +46,19 @@ def _row_off(rows, n1, s0, s1):
 
 
 @triton.jit
-def _out_ptrs(P, rows, cols, n1, s0, s1, sc, COL: tl.constexpr):
-    """Pointers of a [rows, cols] output tile at row offsets (n1, s0, s1) and column stride sc
-    (COL: contiguous, 32-bit or 64-bit column offsets)."""
-    off = _row_off(rows, n1, s0, s1)
-    if COL == 0:
-        col = cols
-    elif COL == 1:
-        col = cols * sc
+def _col_off(cols, sc, COL: tl.constexpr):
+    """Column offsets of a strided output (COL 1: 32-bit, 2: 64-bit)."""
+    if COL == 1:
+        return cols * sc
     else:
-        col = cols.to(tl.int64) * sc
-    return P + off[:, None] + col[None, :]
+        return cols.to(tl.int64) * sc
 
 
 # VEC (checked by the launcher): every row starts 16-byte aligned and the row length is a multiple
 # of 16, so runs of 16 columns are contiguous, aligned and uniformly masked and accesses can be
-# vectorized. The hints (tl.multiple_of / max_contiguous / max_constancy) must be written in the
-# kernel bodies: Triton drops them when they are made inside a called jit function.
+# vectorized. The hints (tl.multiple_of / max_contiguous / max_constancy), and the pointer
+# arithmetic they apply to, must be written in the kernel bodies: Triton drops them when either is
+# made inside a called jit function (3.6 also for pointers returned by one; seen in the PTX).
 
 
 @triton.jit
@@ -85,7 +81,7 @@ def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
 # every combination of "== 1" / "divisible by 16" over n_cols, the strides and the pointers, which
 # made a GPU run of the suite mostly compilation. What those specializations bought is passed as
 # two constexprs instead: VEC (rows 16-byte aligned, row length a multiple of 16: vectorized
-# access, see _out_ptrs) and YCOL/DCOL (output columns contiguous, 32-bit or 64-bit strided).
+# access, see below) and YCOL/DCOL (output columns contiguous, 32-bit or 64-bit strided).
 _NO_SPEC = ["n_rows", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "syc",
             "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
 _NO_ALIGN = _NO_SPEC + ["X", "Y", "PM", "PS", "A", "G", "DX", "PK"]  # (ints too: some versions key "% 16" on this list)
@@ -148,9 +144,13 @@ def _fwd_kernel(
         else:
             y = d - tl.log(s)[:, None]
         y = tl.where(fin[:, None], y, float("nan"))
-        yp = _out_ptrs(Y, rows, cols, n1, sy0, sy1, syc, YCOL)
-        if VEC and YCOL == 0:
-            yp = tl.max_contiguous(tl.multiple_of(yp, [1, 16]), [1, 16])
+        yoff = _row_off(rows, n1, sy0, sy1)
+        if YCOL == 0:
+            yp = Y + yoff[:, None] + cols[None, :]
+            if VEC:
+                yp = tl.max_contiguous(tl.multiple_of(yp, [1, 16]), [1, 16])
+        else:
+            yp = Y + yoff[:, None] + _col_off(cols, syc, YCOL)[None, :]
         tl.store(yp, to_out(y, Y.dtype.element_ty), mask=vmask)
 
 
@@ -218,9 +218,13 @@ def _bwd_kernel(
         ez = tl.exp(a.to(CT)).to(tl.float64)
         dx = tl.where(plain[:, None], g - ez * full[:, None], ldexp(gs - ez * tot[:, None], k[:, None]))
         dx = tl.where((ez == 0.0) & (tl.abs(tot) < float("inf"))[:, None], g, dx)  # exp(z) = 0: dx = g
-    dp = _out_ptrs(DX, rows, cols, n1, sd0, sd1, sdc, DCOL)
-    if VEC and DCOL == 0:
-        dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
+    doff = _row_off(rows, n1, sd0, sd1)
+    if DCOL == 0:
+        dp = DX + doff[:, None] + cols[None, :]
+        if VEC:
+            dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
+    else:
+        dp = DX + doff[:, None] + _col_off(cols, sdc, DCOL)[None, :]
     tl.store(dp, to_out(dx, DX.dtype.element_ty), mask=vmask)
 
 
@@ -309,7 +313,7 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
     dx = torch.empty(aa.shape, dtype=a.dtype, device=a.device)
     plan = L.plan_rows([aa, gg], [(dx, False)], d)
     if plan.n_rows > 0 and plan.n_cols > 0:
-        cfg = L.row_config(plan.n_cols, a.dtype)
+        cfg = L.row_config(plan.n_cols, a.dtype, backward=True)
         ax, gx = plan.inputs
         (sa0, sa1), (sg0, sg1) = plan.in_strides
         (sd0, sd1), = plan.out_strides
