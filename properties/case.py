@@ -285,6 +285,10 @@ class MergeCase:
         """{chunk: (x, lse)} laid out as the target sees them."""
         return {c: self.lay_out(*self.state([c], device), c) for c in range(len(self.bounds()))}
 
+    def tensors(self, device="cpu") -> list:
+        """Every chunk state's tensors, flat: [x0, lse0, x1, lse1, ...]."""
+        return [t for st_ in self.leaf_tensors(device).values() for t in st_]
+
     # ---- running and reporting
     def run_tree(self, call, device="cpu", tree=None, leaves=None):
         """Evaluate a merge tree with call(x_a, lse_a, x_b, lse_b); returns the root state."""

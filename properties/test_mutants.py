@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, errors, find, settings, strategies as st
 
 from . import strategies as S
-from .case import PropertyFailure
+from .case import MERGE_OPS, PropertyFailure
 from .invariants import REGISTRY
 from .ops import Target
 
@@ -32,6 +32,8 @@ MUTANTS = {  # module in properties/mutants -> the op it breaks
     "softmax_via_rounded_lse": "softmax",
     "swapped_columns": "softmax",
     "backward_row_coupling": "softmax_backward",
+    "merge_lse_arithmetic": "attention_merge",  # issue 3: lse = -inf treated arithmetically (0 * NaN)
+    "merge_lse_max": "softmax_merge",  # issue 3: merged lse = max(lse_a, lse_b)
 }
 
 MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4}
@@ -71,11 +73,17 @@ def test_suite_catches_mutant(name, target):
     inv, case = search(f"properties.mutants.{name}", MUTANTS[name], target.device, 1000)
     sizes = [t.numel() for t in case.tensors(target.device)]
     print(f"{name}: caught by {inv.name}; counterexample sizes {sizes}")
+    if MUTANTS[name] in MERGE_OPS:  # show the shrunk counterexample's report
+        try:
+            inv.check(case, Target(f"properties.mutants.{name}"))
+        except Exception as e:
+            print(f"{type(e).__name__}: {e}")
     limit = MAX_ELEMENTS.get(name, math.inf)
     assert max(sizes) <= limit, f"{name}: caught by {inv.name}, but the shrunk counterexample still has {sizes} elements:\n{case}"
 
 
-@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward"])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward",
+                                "softmax_merge", "attention_merge"])
 def test_control_correct_kernels_are_not_caught(op, target):
     """The same search against the project's kernels finds nothing: a catch above is the mutant's
     bug, not the search's (this control once exposed two harness errors counted as catches)."""
