@@ -242,24 +242,25 @@ class MergeCase:
                 break
         return x, lse
 
-    def reference(self, device="cpu"):
-        """One-shot FP64 truth over all columns, softmax columns in the tree's leaf order:
-        (x_ref, lse_ref, mag, lam) with mag the magnitude the value bound scales with (p, or
-        A = sum_j P_j |v_j|) and lam = max(|lse_c|, |lse|) over finite values, per row."""
+    def reference(self, device="cpu", chunks=None):
+        """One-shot FP64 truth over the given chunks' columns (default: the tree's leaves, i.e.
+        all), softmax columns in that order: (x_ref, lse_ref, mag, lam) with mag the magnitude
+        the value bound scales with (p, or A = sum_j P_j |v_j|) and lam = max(|lse_c|, |lse|)
+        over finite values, per row."""
         import oracles
-        leaves = tree_leaves(self.tree)
-        s = self.score_values(device)
+        chunks = tree_leaves(self.tree) if chunks is None else list(chunks)
+        cols = torch.tensor(self.chunk_cols(chunks), dtype=torch.long, device=device)
+        s = self.score_values(device).index_select(-1, cols)
         if self.op == "softmax_merge":
-            cols = torch.tensor(self.chunk_cols(leaves), dtype=torch.long, device=device)
-            x = oracles.softmax(s).index_select(-1, cols)
+            x = oracles.softmax(s)
             mag = torch.nan_to_num(x, nan=0.0)
         else:
-            v = self.v_values(device)
+            v = self.v_values(device).index_select(-2, cols)
             x, _ = oracles.attention(s, v)
             mag = oracles.attention_abs(s, v)
         lse = oracles.logsumexp(s)
         lam = torch.where(torch.isfinite(lse), lse.abs(), 0.0)
-        for c in range(len(self.bounds())):
+        for c in chunks:
             _, lc = self.state([c], device)
             lc = lc.double()
             lam = torch.maximum(lam, torch.where(torch.isfinite(lc), lc.abs(), 0.0))
