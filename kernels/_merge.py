@@ -38,8 +38,13 @@ from ._numerics import to_out
 
 
 @triton.jit
-def _row_off(rows, n1, s0, s1):
-    return (rows // n1) * s0 + (rows % n1) * s1
+def _row_off(rows, n1, s0, s1, TWO_AXES: tl.constexpr):
+    """64-bit element offset of each row: (r // n1) s0 + (r % n1) s1, or r s1 when the batch
+    collapsed to one axis (no 64-bit division then)."""
+    if TWO_AXES:
+        return (rows // n1) * s0 + (rows % n1) * s1
+    else:
+        return rows * s1
 
 
 @triton.jit
@@ -73,18 +78,18 @@ def _attention_merge_kernel(
     OA, LA, OB, LB, O, LO,
     n_rows, n_cols, n1,
     soa0, soa1, sla0, sla1, sob0, sob1, slb0, slb1, so0, so1, slo0, slo1,
-    F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    F64: tl.constexpr, TWO_AXES: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < n_rows
-    la = tl.load(LA + _row_off(rows, n1, sla0, sla1), mask=rmask, other=0.0).to(CT)
-    lb = tl.load(LB + _row_off(rows, n1, slb0, slb1), mask=rmask, other=0.0).to(CT)
+    la = tl.load(LA + _row_off(rows, n1, sla0, sla1, TWO_AXES), mask=rmask, other=0.0).to(CT)
+    lb = tl.load(LB + _row_off(rows, n1, slb0, slb1, TWO_AXES), mask=rmask, other=0.0).to(CT)
     wa, wb, lse, poison, both_empty, a_empty, b_empty = _merge_weights(la, lb)
-    tl.store(LO + _row_off(rows, n1, slo0, slo1), lse.to(LO.dtype.element_ty), mask=rmask)
-    offa = _row_off(rows, n1, soa0, soa1)[:, None]
-    offb = _row_off(rows, n1, sob0, sob1)[:, None]
-    offo = _row_off(rows, n1, so0, so1)[:, None]
+    tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
+    offa = _row_off(rows, n1, soa0, soa1, TWO_AXES)[:, None]
+    offb = _row_off(rows, n1, sob0, sob1, TWO_AXES)[:, None]
+    offo = _row_off(rows, n1, so0, so1, TWO_AXES)[:, None]
     for start in range(0, n_cols, BLOCK_D):
         cols = (start + tl.arange(0, BLOCK_D))[None, :]
         mask = rmask[:, None] & (cols < n_cols)
@@ -117,7 +122,7 @@ def _softmax_merge_kernel(
     n_rows, n1, da, db,
     spa0, spa1, sla0, sla1, spb0, spb1, slb0, slb1, sp0, sp1, slo0, slo1,
     n_cb_a, n_cb,
-    F64: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    F64: tl.constexpr, TWO_AXES: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     pid = tl.program_id(0)
@@ -125,19 +130,19 @@ def _softmax_merge_kernel(
     pid_c = pid % n_cb
     rows = pid_r.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < n_rows
-    la = tl.load(LA + _row_off(rows, n1, sla0, sla1), mask=rmask, other=0.0).to(CT)
-    lb = tl.load(LB + _row_off(rows, n1, slb0, slb1), mask=rmask, other=0.0).to(CT)
+    la = tl.load(LA + _row_off(rows, n1, sla0, sla1, TWO_AXES), mask=rmask, other=0.0).to(CT)
+    lb = tl.load(LB + _row_off(rows, n1, slb0, slb1, TWO_AXES), mask=rmask, other=0.0).to(CT)
     wa, wb, lse, poison, both_empty, a_empty, b_empty = _merge_weights(la, lb)
     nan_rows = poison | both_empty  # the one-shot softmax of an all -inf row is NaN
     if pid_c == 0:
-        tl.store(LO + _row_off(rows, n1, slo0, slo1), lse.to(LO.dtype.element_ty), mask=rmask)
-    offp = _row_off(rows, n1, sp0, sp1)
+        tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
+    offp = _row_off(rows, n1, sp0, sp1, TWO_AXES)
     if pid_c < n_cb_a:
         cols = pid_c * BLOCK_D + tl.arange(0, BLOCK_D)
-        _scaled_tile(PA, _row_off(rows, n1, spa0, spa1), P, offp, cols, da, rmask, wa, nan_rows, a_empty, b_empty, CT)
+        _scaled_tile(PA, _row_off(rows, n1, spa0, spa1, TWO_AXES), P, offp, cols, da, rmask, wa, nan_rows, a_empty, b_empty, CT)
     else:
         cols = (pid_c - n_cb_a) * BLOCK_D + tl.arange(0, BLOCK_D)
-        _scaled_tile(PB, _row_off(rows, n1, spb0, spb1), P, offp + da, cols, db, rmask, wb, nan_rows, b_empty, a_empty, CT)
+        _scaled_tile(PB, _row_off(rows, n1, spb0, spb1, TWO_AXES), P, offp + da, cols, db, rmask, wb, nan_rows, b_empty, a_empty, CT)
 
 
 JIT_KERNELS = (_attention_merge_kernel, _softmax_merge_kernel)
@@ -232,11 +237,11 @@ def attention_merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, l
         return o, lse
     n_cols = o_a.shape[-1]
     br, bd = _tile(n_cols, n_rows, o_a.dtype)
-    L.note_variant(name, dtype=str(o_a.dtype), BLOCK_R=br, BLOCK_D=bd)
+    L.note_variant(name, dtype=str(o_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
     (sa, sb, sla, slb, so, slo) = pairs
     _attention_merge_kernel[(triton.cdiv(n_rows, br),)](
         xa, la, xb, lb, o, lse, n_rows, n_cols, n1, *sa, *sla, *sb, *slb, *so, *slo,
-        F64=o_a.dtype == torch.float64, BLOCK_R=br, BLOCK_D=bd, num_warps=L._warps(br * bd))
+        F64=o_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, BLOCK_R=br, BLOCK_D=bd, num_warps=L._warps(br * bd))
     return o, lse
 
 
@@ -258,9 +263,9 @@ def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse
     br, bd = _tile(max(da, db), n_rows, p_a.dtype)
     n_cb_a, n_cb_b = triton.cdiv(da, bd), triton.cdiv(db, bd)
     n_cb = max(1, n_cb_a + n_cb_b)  # at least one program per row block writes the lse
-    L.note_variant(name, dtype=str(p_a.dtype), BLOCK_R=br, BLOCK_D=bd)
+    L.note_variant(name, dtype=str(p_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
     (sa, sb, sla, slb, sp, slo) = pairs
     _softmax_merge_kernel[(triton.cdiv(n_rows, br) * n_cb,)](
         xa, la, xb, lb, p, lse, n_rows, n1, da, db, *sa, *sla, *sb, *slb, *sp, *slo, n_cb_a, n_cb,
-        F64=p_a.dtype == torch.float64, BLOCK_R=br, BLOCK_D=bd, num_warps=L._warps(br * bd))
+        F64=p_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, BLOCK_R=br, BLOCK_D=bd, num_warps=L._warps(br * bd))
     return p, lse
