@@ -250,7 +250,8 @@ def test_merge_reproducer_rebuilds_the_exact_states(data):
     for c, (x, lse) in case.leaf_tensors().items():
         for name, t in ((f"x{c}", x), (f"lse{c}", lse)):
             r = scope[name]
-            assert r.shape == t.shape and r.stride() == t.stride() and r.dtype == t.dtype, name
+            assert r.shape == t.shape and r.dtype == t.dtype, name
+            assert r.stride() == t.stride() or t.numel() == 0, name  # an empty tensor's strides are arbitrary
             assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
     from .case import tree_code, tree_depth
     lines = tree_code(case.tree, op)
