@@ -769,3 +769,35 @@ def merge_inputs_unmodified(case, target):
     case.run_tree(lambda *a: run(target, case.op, *a), target.device, None, tensors)
     for b0, b1 in zip(before, bases):
         assert_bitwise("merge_inputs_unmodified", case, target, b1, b0, "an input state (or its storage) was modified")
+
+
+@invariant(*MERGES)
+def merge_row_independence(case, target):
+    """Each row's merged state depends on that row's states alone: overwriting every other row of
+    every chunk state (values and lse with NaN, inf, -inf, huge) leaves row 0 of the merged x and
+    lse bitwise unchanged."""
+    tensors = case.leaf_tensors(target.device)
+    x0, _ = tensors[0]
+    lead = x0.shape[:-1]
+    assume(len(lead) >= 1 and math.prod(lead) >= 2)
+    call_t = lambda *a: run(target, case.op, *a)
+    a = case.run_tree(call_t, target.device, None, tensors)
+    junk = [math.nan, math.inf, -math.inf, torch.finfo(case.dtype).max]
+    poisoned = {}
+    for c, (x, l) in tensors.items():
+        px = x.contiguous().clone().reshape(math.prod(lead), x.shape[-1])
+        pl = l.contiguous().clone().reshape(math.prod(lead))
+        for r in range(1, px.shape[0]):
+            px[r] = junk[r % len(junk)]
+            pl[r] = junk[(r + 1) % len(junk)]
+        poisoned[c] = (px.reshape(x.shape), pl.reshape(l.shape))
+    b = case.run_tree(call_t, target.device, None, poisoned)
+    for i, nm in ((0, "x"), (1, "lse")):
+        a0 = a[i].reshape(math.prod(lead), *a[i].shape[len(lead):])[0]
+        b0 = b[i].reshape(math.prod(lead), *b[i].shape[len(lead):])[0]
+        bad = ~_bits_equal(b0, a0)
+        if bool(bad.any()):
+            j = worst(bad, torch.ones_like(a0, dtype=torch.float64))
+            fail("merge_row_independence", case, target, f"row 0 of {nm} changed when the other rows changed", j,
+                 a0[j], b0[j], out_name=f"{nm}[0]",
+                 call="\n".join(tree_code(case.tree, case.op) + ["# vs the same with rows 1.. of every state replaced by nan/inf/-inf/max"]))

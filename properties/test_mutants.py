@@ -1,7 +1,9 @@
 """The suite must catch each deliberately broken kernel in properties/mutants/. For the two the
 foundation issue names (no max subtraction; sum(g) for sum(y * g)) the counterexample must shrink
 to at most 4 elements per input; the others report their size (the shrinker does not always
-reach the smallest case over (invariant, case) pairs, and catching is what is required)."""
+reach the smallest case over (invariant, case) pairs, and catching is what is required). The two
+merge mutants of issue 3 must shrink to at most 4 elements per state tensor too, and print the
+failure report of their shrunk counterexample."""
 from __future__ import annotations
 
 import math
@@ -36,7 +38,7 @@ MUTANTS = {  # module in properties/mutants -> the op it breaks
     "merge_lse_max": "softmax_merge",  # issue 3: merged lse = max(lse_a, lse_b)
 }
 
-MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4}
+MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4, "merge_lse_arithmetic": 4, "merge_lse_max": 4}
 
 
 def search(module: str, op: str, device: str, max_examples: int):
