@@ -238,7 +238,7 @@ class MergeCase:
         g = dict(self.garbage)
         for c in chunks:
             if c in g:
-                x = torch.where((lse == -math.inf)[..., None], torch.tensor(g[c], dtype=torch.float64).to(self.dtype), x)
+                x = torch.where((lse == -math.inf)[..., None], torch.tensor(g[c], dtype=torch.float64).to(self.dtype).to(x.device), x)
                 break
         return x, lse
 
