@@ -37,3 +37,28 @@ for F64 in (False, True):
                     print("bwd ok", dt, phase, op)
                 except Exception as e:
                     print("bwd FAIL", dt, phase, op, str(e)[-1500:]); raise SystemExit(1)
+
+# the merge kernels (kernels/_merge.py): every dtype, a few tile shapes, one and two batch axes
+from kernels import _merge as M
+_LSE = {"bf16": "fp32", "fp16": "fp32", "fp32": "fp32", "fp64": "fp64"}
+for dt in ("bf16", "fp16", "fp32", "fp64"):
+    for BR, BD in ((32, 128), (1, 4096), (64, 16)):
+        s = {"OA": f"*{dt}", "LA": f"*{_LSE[dt]}", "OB": f"*{dt}", "LB": f"*{_LSE[dt]}", "O": f"*{dt}", "LO": f"*{_LSE[dt]}",
+             "n_rows": "i32", "n_cols": "i32", "n1": "i32", "soa0": "i64", "soa1": "i64", "sla0": "i64", "sla1": "i64",
+             "sob0": "i64", "sob1": "i64", "slb0": "i64", "slb1": "i64", "so0": "i64", "so1": "i64", "slo0": "i64", "slo1": "i64",
+             "F64": "constexpr", "TWO_AXES": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"F64": dt == "fp64", "TWO_AXES": BR == 32, "BLOCK_R": BR, "BLOCK_D": BD}
+        try:
+            k = triton.compile(ASTSource(M._attention_merge_kernel, s, c), target=tgt, options={"num_warps": 8})
+            print("attention_merge ok", dt, BR, BD)
+        except Exception as e:
+            print("attention_merge FAIL", dt, BR, BD, str(e)[-1500:]); raise SystemExit(1)
+        s = {"PA": f"*{dt}", "LA": f"*{_LSE[dt]}", "PB": f"*{dt}", "LB": f"*{_LSE[dt]}", "P": f"*{dt}", "LO": f"*{_LSE[dt]}",
+             "n_rows": "i32", "n1": "i32", "da": "i32", "db": "i32", "spa0": "i64", "spa1": "i64", "sla0": "i64", "sla1": "i64",
+             "spb0": "i64", "spb1": "i64", "slb0": "i64", "slb1": "i64", "sp0": "i64", "sp1": "i64", "slo0": "i64", "slo1": "i64",
+             "n_cb_a": "i32", "n_cb": "i32", "F64": "constexpr", "TWO_AXES": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
+        try:
+            k = triton.compile(ASTSource(M._softmax_merge_kernel, s, c), target=tgt, options={"num_warps": 8})
+            print("softmax_merge ok", dt, BR, BD)
+        except Exception as e:
+            print("softmax_merge FAIL", dt, BR, BD, str(e)[-1500:]); raise SystemExit(1)

@@ -1,7 +1,9 @@
 """Softmax-family Triton kernels: the default target of the property suite.
 
 Every function reduces along ``dim`` (default -1) of a float16/bfloat16/float32/float64 tensor of
-any shape and strides, and returns a freshly allocated contiguous tensor. The forward ops are
+any shape and strides, and returns a freshly allocated contiguous tensor. ``softmax_merge`` and
+``attention_merge`` merge two (softmax or attention output, logsumexp) states of column chunks
+(kernels/_merge.py). The forward ops are
 differentiable (torch.library custom ops with autograd, usable under torch.compile); the
 ``*_backward`` functions are explicit VJPs.
 """
@@ -10,6 +12,7 @@ from ._launch import block_boundaries, compiled_kernel_count, interpreting, max_
 from . import _softmax as _k
 from .library import log_softmax_op, logsumexp_op, softmax_op
 from ._softmax import log_softmax_backward, softmax_backward
+from ._merge import attention_merge, softmax_merge
 
 SUITE_REFUSALS = ()  # the project's kernels refuse no valid input: any exception is a failure
 
@@ -30,5 +33,6 @@ logsumexp = _validated(logsumexp_op, "logsumexp")
 
 __all__ = [
     "softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "logsumexp",
+    "softmax_merge", "attention_merge",
     "block_boundaries", "compiled_kernel_count", "interpreting", "max_block", "SUITE_REFUSALS",
 ]

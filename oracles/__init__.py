@@ -1,12 +1,14 @@
 """FP64 truth for every op, an mpmath oracle that checks it, finite differences, and the
-semantics table of edge rows. Everything reduces over the last axis."""
+semantics table of edge rows; the FP64 merges of (softmax, logsumexp) states (merge.py). Everything reduces over the last axis."""
 from .reference import (
     fd_grad, log_softmax, log_softmax_backward, logsumexp, row_stats, softmax, softmax_backward,
 )
 from .mp import mp_log_softmax, mp_logsumexp, mp_softmax
-from .semantics import SEMANTICS
+from .semantics import MERGE_SEMANTICS, SEMANTICS
+from .merge import attention, attention_abs, attention_merge, merge_weights, softmax_merge
 
 __all__ = [
     "softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward", "row_stats",
     "fd_grad", "mp_softmax", "mp_log_softmax", "mp_logsumexp", "SEMANTICS",
+    "MERGE_SEMANTICS", "softmax_merge", "attention_merge", "attention", "attention_abs", "merge_weights",
 ]

@@ -27,3 +27,39 @@ SEMANTICS = [
 #   softmax_backward:     dx = y * (dy - sum(y * dy))   -> a NaN or inf in y or dy poisons the row
 #   log_softmax_backward: dx = dz - exp(z) * sum(dz)
 # Only rows are coupled: other rows are never affected by a poisoned row.
+
+
+# ----------------------------------------------------------------------------------------------
+# merges of (softmax or attention output, logsumexp) states (oracles/merge.py, kernels/_merge.py)
+# ----------------------------------------------------------------------------------------------
+# A state (x, lse) describes a chunk of a row's columns (keys): x its softmax p (softmax_merge) or
+# its attention output o (attention_merge), lse its logsumexp, so lse = -inf is an empty or fully
+# masked chunk. The rules follow from the one-shot table above applied to the concatenated row:
+#   * lse = -inf on one side: the exact identity (the other side's values bitwise), whatever the
+#     empty side's x holds (NaN, inf, anything): it is never read. Its softmax columns are 0, as
+#     a -inf logit's softmax is 0.
+#   * both -inf: softmax gives NaN p and lse -inf (the all -inf row); attention gives o = 0 and
+#     lse -inf, with no NaN (the convention of flash/ring attention for a fully masked query).
+#   * a NaN lse poisons the row (NaN everywhere, lse NaN), as a NaN logit does; NaN beats +inf.
+#   * otherwise a +inf lse gives NaN p / o and lse +inf, as a +inf logit does.
+#   * finite lse: x must be finite (non-finite values there are outside the contract).
+#
+# Each entry: (what, lse_a, x_a, lse_b, x_b, softmax_merge p, attention_merge o, lse). x_a and
+# x_b are used as p (softmax_merge) and as o (attention_merge, None: not applicable).
+MERGE_SEMANTICS = [
+    # what                                      lse_a       x_a      lse_b     x_b      p                o        lse
+    ("equal lse weighs both halves",           0.0,        [2.0],   0.0,      [4.0],   [1.0, 2.0],      [3.0],   math.log(2)),
+    ("lse log 3 against 0: weights 3/4, 1/4",  math.log(3), [1.0],  0.0,      [1.0],   [0.75, 0.25],    [1.0],   math.log(4)),
+    ("empty b is the identity (NaN ignored)",  1.5,        [0.25],  -inf,     [nan],   [0.25, 0.0],     [0.25],  1.5),
+    ("empty a is the identity (inf ignored)",  -inf,       [inf],   -2.0,     [0.5],   [0.0, 0.5],      [0.5],   -2.0),
+    ("identity keeps -0.0 bitwise",            -inf,       [nan],   0.0,      [-0.0],  [0.0, -0.0],     [-0.0],  0.0),
+    ("both empty",                             -inf,       [nan],   -inf,     [nan],   [nan, nan],      [0.0],   -inf),
+    ("a NaN lse poisons the row",              nan,        [1.0],   0.0,      [1.0],   [nan, nan],      [nan],   nan),
+    ("NaN lse beside an empty side",           nan,        [1.0],   -inf,     [1.0],   [nan, nan],      [nan],   nan),
+    ("NaN beats +inf",                         nan,        [1.0],   inf,      [1.0],   [nan, nan],      [nan],   nan),
+    ("+inf lse: NaN values, lse +inf",         inf,        [1.0],   0.0,      [1.0],   [nan, nan],      [nan],   inf),
+    ("+inf beside an empty side",              inf,        [1.0],   -inf,     [1.0],   [nan, nan],      [nan],   inf),
+    ("huge lse does not overflow",             3e38,       [1.0],   3e38,     [1.0],   [0.5, 0.5],      [1.0],   3e38 + math.log(2)),
+    ("a far smaller lse weighs 0",             0.0,        [1.0],   -1000.0,  [1.0],   [1.0, 0.0],      [1.0],   0.0),
+    ("zero-width empty chunk",                 -inf,       [],      0.5,      [1.0],   [1.0],           None,    0.5),
+]

@@ -21,7 +21,7 @@ from hypothesis import assume, reject
 import oracles
 
 from . import tolerances as T
-from .case import Case, fail
+from .case import Case, fail, tree_code, tree_depth, tree_leaves
 from .ops import OPS
 from .strategies import GRID_SHIFT
 
@@ -527,3 +527,277 @@ def dim_argument(case, target):
                 out = out.movedim(k, -1)
             assert_bitwise("dim_argument", case, target, out, base, f"dim={dim} differs from the last-axis result",
                            call=f"out = target.{case.op}(*[t.movedim(-1, {k}) for t in ({', '.join(case.spec.args)},)], dim={dim})")
+
+
+# ==============================================================================================
+# merges of (x, lse) states: softmax_merge, attention_merge (cases are MergeCase, case.py)
+# ==============================================================================================
+MERGES = ("softmax_merge", "attention_merge")
+
+
+def _bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Element-wise: equal values with equal signs (so -0.0 != 0.0), or both NaN."""
+    a, b = a.double(), b.double()
+    return ((a == b) & (torch.signbit(a) == torch.signbit(b))) | (torch.isnan(a) & torch.isnan(b))
+
+
+def _state_ok(name, case, target, got, like, what, call=None):
+    """got must be a (x, lse) pair of like's shapes, x in the case dtype and lse in its lse dtype,
+    on like's device."""
+    want = [(tuple(t.shape), d, t.device) for t, d in zip(like, (case.dtype, _lse_dtype(case.dtype)))]
+    ok = isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)
+    have = [(tuple(t.shape), t.dtype, t.device) for t in got] if ok else type(got)
+    if not ok or have != want:
+        fail(name, case, target, f"{what}: expected (x, lse) with (shape, dtype, device) {want}; got {have}", call=call)
+
+
+def _lse_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _close(name, case, target, out, ref, tol, out_dtype, what, out_name, call=None):
+    bad = T.compare(out, ref, tol, out_dtype)
+    if bool(bad.any()):
+        i = worst(bad, (out.double() - ref).abs() / tol.clamp_min(1e-300))
+        fail(name, case, target, f"{what}: {int(bad.sum())} of {bad.numel()} elements of {out_name} out of bounds",
+             i, ref[i], out[i], tol[i], call, out_name=out_name)
+
+
+def _step_truth(case, xa, la, xb, lb):
+    """FP64 merge of one step's actual inputs and its single-step tolerances (merge_value_bound /
+    merge_lse_bound at depth 1, exact inputs): (x_ref, lse_ref, tol_x, tol_lse)."""
+    merge = OPS[case.op].oracle
+    x_ref, l_ref = merge(xa, la, xb, lb)
+    mag, _ = merge(xa.double().abs(), la, xb.double().abs(), lb)  # sum of w |x|
+    lam = torch.zeros_like(l_ref)
+    for l in (la.double(), lb.double(), l_ref):
+        lam = torch.maximum(lam, torch.where(torch.isfinite(l), l.abs(), 0.0))
+    eps_x = T.merge_value_bound(case.dtype, 1, lam[..., None], mag, leaves=False)
+    eps_l = T.merge_lse_bound(case.dtype, 1, lam, leaves=False)
+    return (x_ref, l_ref, T.total_tolerance(eps_x, x_ref, case.dtype, case.dtype),
+            T.total_tolerance(eps_l, l_ref, _lse_dtype(case.dtype), case.dtype))
+
+
+@invariant(*MERGES)
+def merge_tree_matches_one_shot(case, target):
+    """Chunked-merge equivalence: merging the chunk states of a row (empty and fully masked
+    chunks, garbage values in empty states) in the drawn order and tree shape gives the one-shot
+    FP64 softmax / attention and logsumexp of the whole row (softmax columns in the tree's leaf
+    order), within merge_value_bound / merge_lse_bound (tolerances.py) at the tree's depth: each
+    merge adds a few roundings, and the lse errors telescope along a chunk's path. Runs under
+    NaN-poisoned allocations, so an output element never written shows up as NaN."""
+    with poisoned_allocations():
+        out = case.run_tree(lambda *a: run(target, case.op, *a), target.device)
+    check_one_shot("merge_tree_matches_one_shot", case, target, out, tree_leaves(case.tree), tree_depth(case.tree))
+
+
+def check_one_shot(name, case, target, out, chunks, H, call=None):
+    """The merged state out of the given chunks (in column order) against the one-shot FP64 truth
+    over their columns, within the chunked-merge bounds at merge depth H."""
+    x_ref, l_ref, mag, lam = case.reference(target.device, chunks)
+    _state_ok(name, case, target, out, (x_ref, l_ref), "merged state", call)
+    N = len(case.chunk_cols(chunks))
+    tol_x = T.total_tolerance(T.merge_value_bound(case.dtype, H, lam[..., None], mag, N), x_ref, case.dtype, case.dtype)
+    ld = _lse_dtype(case.dtype)
+    tol_l = T.total_tolerance(T.merge_lse_bound(case.dtype, H, lam, N), l_ref, ld, case.dtype)
+    if getattr(target, "record", True) and out[0].numel():
+        fin = torch.isfinite(x_ref) & torch.isfinite(out[0].double())
+        if bool(fin.any()):
+            frac = ((out[0].double() - x_ref).abs()[fin] / tol_x[fin].clamp_min(1e-300)).max().item()
+            ulps = ((out[0].double() - x_ref).abs()[fin] / T.ulp(x_ref[fin], case.dtype)).max().item()
+            key = (case.op, str(case.dtype).replace("torch.", ""))
+            old = WORST_ULP.get(key, (0.0, 0.0))
+            WORST_ULP[key] = (max(old[0], frac), max(old[1], ulps))
+    _close(name, case, target, out[0], x_ref, tol_x, case.dtype,
+           f"merged chunks differ from the one-shot FP64 oracle (merge depth {H})", "x", call)
+    _close(name, case, target, out[1], l_ref, tol_l, ld,
+           f"merged lse differs from the one-shot FP64 logsumexp (merge depth {H})", "lse", call)
+
+
+@invariant(*MERGES)
+def merge_step_matches_oracle(case, target):
+    """Every merge step of the tree, on its actual inputs (chunk states, or the target's own
+    earlier results), matches the FP64 merge oracle of those inputs within the single-step bound
+    (merge_value_bound / merge_lse_bound at depth 1 with exact inputs), NaN and infinities
+    exactly: the MERGE_SEMANTICS rules (an empty side is the exact identity, both empty give o = 0
+    or NaN p, NaN and +inf lse poison) on every state the tree meets."""
+    assume(not isinstance(case.tree, int))
+    steps = []
+
+    def call(xa, la, xb, lb):
+        out = run(target, case.op, xa, la, xb, lb)
+        steps.append(((xa, la, xb, lb), out))
+        return out
+
+    case.run_tree(call, target.device)
+    for i, (args, out) in enumerate(steps):
+        x_ref, l_ref, tol_x, tol_l = _step_truth(case, *args)
+        name = "out" if i == len(steps) - 1 else f"m{i}"
+        _state_ok("merge_step_matches_oracle", case, target, out, (x_ref, l_ref), f"step {name}")
+        _close("merge_step_matches_oracle", case, target, out[0], x_ref, tol_x, case.dtype,
+               f"merge step {name} differs from the FP64 merge of its inputs", f"{name}[0]")
+        _close("merge_step_matches_oracle", case, target, out[1], l_ref, tol_l, _lse_dtype(case.dtype),
+               f"merge step {name}'s lse differs from the FP64 merge of its inputs", f"{name}[1]")
+
+
+def _subtree_states(case, target):
+    leaves = case.leaf_tensors(target.device)
+    call = lambda *a: run(target, case.op, *a)
+    return [case.run_tree(call, target.device, t, leaves) for t in case.tree]
+
+
+@invariant(*MERGES)
+def merge_commutative(case, target):
+    """merge(a, b) == merge(b, a) for the root's two subtree states a, b (softmax: with the two
+    column blocks swapped back). Toleranced, not bitwise: the law holds exactly in real
+    arithmetic, and a correct merge may evaluate its two sides in an order-dependent way (e.g.
+    lse_a + log(1 + exp(lse_b - lse_a)), seed 003), so each side is held to the single-step bound
+    of the FP64 merge and the two may differ by twice that. NaN patterns must agree exactly."""
+    assume(not isinstance(case.tree, int))
+    a, b = _subtree_states(case, target)
+    ab = run(target, case.op, *a, *b)
+    ba = run(target, case.op, *b, *a)
+    x_ref, l_ref, tol_x, tol_l = _step_truth(case, *a, *b)
+    call = "\n".join(tree_code(case.tree[0], case.op, "a", "ma") + tree_code(case.tree[1], case.op, "b", "mb")
+                     + [f"out = target.{case.op}(*a, *b), target.{case.op}(*b, *a)"])
+    _state_ok("merge_commutative", case, target, ba, (x_ref, l_ref), "merge(b, a)", call)
+    xba = ba[0]
+    if case.op == "softmax_merge":
+        db = b[0].shape[-1]
+        xba = torch.cat([xba[..., db:], xba[..., :db]], -1)
+    _close("merge_commutative", case, target, xba, ab[0].double(), 2 * tol_x, case.dtype,
+           "merge(b, a) != merge(a, b)", "x", call)
+    _close("merge_commutative", case, target, ba[1], ab[1].double(), 2 * tol_l, _lse_dtype(case.dtype),
+           "merge(b, a) != merge(a, b)", "lse", call)
+
+
+def _chains(leaves):
+    left = leaves[0]
+    for c in leaves[1:]:
+        left = (left, c)
+    right = leaves[-1]
+    for c in reversed(leaves[:-1]):
+        right = (c, right)
+    return left, right
+
+
+@invariant(*MERGES)
+def merge_associative(case, target):
+    """Generalised associativity: the left chain ((c0, c1), c2)... and the right chain
+    (c0, (c1, (c2, ...))) over the same leaf order (three chunks or more) agree within the sum of
+    their chunked-merge bounds (each within merge_value_bound / merge_lse_bound at depth k - 1 of
+    the one-shot truth), NaN patterns exactly. Toleranced: each step rounds, so different trees
+    round differently; the bound grows with the depth, as the tolerance derivation says."""
+    leaves = tree_leaves(case.tree)
+    assume(len(leaves) >= 3)
+    lt, rt = _chains(leaves)
+    call_t = lambda *a: run(target, case.op, *a)
+    tensors = case.leaf_tensors(target.device)
+    L = case.run_tree(call_t, target.device, lt, tensors)
+    R = case.run_tree(call_t, target.device, rt, tensors)
+    x_ref, l_ref, mag, lam = case.reference(target.device)
+    H, N = len(leaves) - 1, case.n_keys
+    tol_x = T.total_tolerance(T.merge_value_bound(case.dtype, H, lam[..., None], mag, N), x_ref, case.dtype, case.dtype)
+    tol_l = T.total_tolerance(T.merge_lse_bound(case.dtype, H, lam, N), l_ref, _lse_dtype(case.dtype), case.dtype)
+    call = "\n".join(tree_code(lt, case.op, "left", "ml") + tree_code(rt, case.op, "right", "mr") + ["out = left, right"])
+    _state_ok("merge_associative", case, target, L, (x_ref, l_ref), "left chain", call)
+    _state_ok("merge_associative", case, target, R, (x_ref, l_ref), "right chain", call)
+    _close("merge_associative", case, target, R[0], L[0].double(), 2 * tol_x, case.dtype,
+           "right chain != left chain", "x", call)
+    _close("merge_associative", case, target, R[1], L[1].double(), 2 * tol_l, _lse_dtype(case.dtype),
+           "right chain != left chain", "lse", call)
+
+
+@invariant(*MERGES)
+def merge_identity(case, target):
+    """An empty state e (lse = -inf, values garbage: NaN, inf, 0, -0, 1e4, or the chunk's own) is
+    the identity on both sides, bitwise (signs of zeros included): merge(s, e) and merge(e, s)
+    return s's values and lse unchanged (softmax: e's columns are +0). Exact, not toleranced: a
+    correct merge's weights are exactly 1 and 0 there (exp(-inf) = 0), and ring / causal attention
+    merges many empty blocks, so any drift would accumulate. Rows where s itself is empty or
+    poisoned follow MERGE_SEMANTICS exactly (both empty: o = 0 / NaN p; NaN / +inf lse: NaN)."""
+    leaves = tree_leaves(case.tree)
+    c, e = leaves[0], leaves[-1]
+    g = dict(case.garbage).get(e, math.nan)
+    tensors = case.leaf_tensors(target.device)
+    xs, ls = tensors[c]
+    xe = torch.full_like(tensors[e][0], g)
+    le = torch.full_like(ls, -math.inf)
+    merge = OPS[case.op].oracle
+    for order, args in (("merge(s, e)", (xs, ls, xe, le)), ("merge(e, s)", (xe, le, xs, ls))):
+        call = (f"e = torch.full_like(x{e}, {g!r}), torch.full_like(lse{c}, -inf)\n"
+                f"out = target.{case.op}({'x%d, lse%d, *e' % (c, c) if order == 'merge(s, e)' else '*e, x%d, lse%d' % (c, c)})")
+        out = run(target, case.op, *args)
+        x_ref, l_ref = merge(*args)  # exact here: copies, zeros, NaN
+        x_ref, l_ref = x_ref.to(case.dtype), l_ref.to(_lse_dtype(case.dtype))
+        _state_ok("merge_identity", case, target, out, (x_ref, l_ref), order, call)
+        for got, want, nm in ((out[0], x_ref, "x"), (out[1], l_ref, "lse")):
+            bad = ~_bits_equal(got, want)
+            if bool(bad.any()):
+                i = worst(bad, torch.ones_like(want, dtype=torch.float64))
+                fail("merge_identity", case, target, f"{order} with an empty e is not bitwise s ({int(bad.sum())} "
+                     f"elements of {nm} differ)", i, want[i], got[i], call=call, out_name=nm)
+
+
+@invariant(*MERGES)
+def merge_layout_invariance(case, target):
+    """Strided chunk states (padded, offset, transposed, interleaved, expanded x; offset, strided
+    or stride-0 lse) give bitwise the results of their contiguous copies: the merge is element-wise
+    per row, so the layout can change nothing."""
+    tensors = case.leaf_tensors(target.device)
+    assume(any(not t.is_contiguous() for st_ in tensors.values() for t in st_))
+    call_t = lambda *a: run(target, case.op, *a)
+    a = case.run_tree(call_t, target.device, None, tensors)
+    b = case.run_tree(call_t, target.device, None, {k: tuple(t.contiguous() for t in v) for k, v in tensors.items()})
+    for i, nm in ((0, "x"), (1, "lse")):
+        if a[i].shape != b[i].shape or a[i].dtype != b[i].dtype:
+            fail("merge_layout_invariance", case, target, f"{nm}: shape/dtype differ from the contiguous run")
+        bad = ~_bits_equal(a[i], b[i])
+        if bool(bad.any()):
+            j = worst(bad, (a[i].double() - b[i].double()).abs())
+            fail("merge_layout_invariance", case, target, f"strided states differ from their contiguous copies "
+                 f"({int(bad.sum())} elements of {nm})", j, b[i][j], a[i][j], out_name=nm,
+                 call="\n".join(tree_code(case.tree, case.op) + ["# vs the same with every x{c}, lse{c} made .contiguous()"]))
+
+
+@invariant(*MERGES)
+def merge_inputs_unmodified(case, target):
+    """Merging leaves every input state (and its storage, NaN gaps included) bitwise unchanged."""
+    tensors = case.leaf_tensors(target.device)
+    bases = [t._base if t._base is not None else t for st_ in tensors.values() for t in st_]
+    before = [b.clone() for b in bases]
+    case.run_tree(lambda *a: run(target, case.op, *a), target.device, None, tensors)
+    for b0, b1 in zip(before, bases):
+        assert_bitwise("merge_inputs_unmodified", case, target, b1, b0, "an input state (or its storage) was modified")
+
+
+@invariant(*MERGES)
+def merge_row_independence(case, target):
+    """Each row's merged state depends on that row's states alone: overwriting every other row of
+    every chunk state (values and lse with NaN, inf, -inf, huge) leaves row 0 of the merged x and
+    lse bitwise unchanged."""
+    tensors = case.leaf_tensors(target.device)
+    x0, _ = tensors[0]
+    lead = x0.shape[:-1]
+    assume(len(lead) >= 1 and math.prod(lead) >= 2)
+    call_t = lambda *a: run(target, case.op, *a)
+    a = case.run_tree(call_t, target.device, None, tensors)
+    junk = [math.nan, math.inf, -math.inf, torch.finfo(case.dtype).max]
+    poisoned = {}
+    for c, (x, l) in tensors.items():
+        px = x.contiguous().clone().reshape(math.prod(lead), x.shape[-1])
+        pl = l.contiguous().clone().reshape(math.prod(lead))
+        for r in range(1, px.shape[0]):
+            px[r] = junk[r % len(junk)]
+            pl[r] = junk[(r + 1) % len(junk)]
+        poisoned[c] = (px.reshape(x.shape), pl.reshape(l.shape))
+    b = case.run_tree(call_t, target.device, None, poisoned)
+    for i, nm in ((0, "x"), (1, "lse")):
+        a0 = a[i].reshape(math.prod(lead), *a[i].shape[len(lead):])[0]
+        b0 = b[i].reshape(math.prod(lead), *b[i].shape[len(lead):])[0]
+        bad = ~_bits_equal(b0, a0)
+        if bool(bad.any()):
+            j = worst(bad, torch.ones_like(a0, dtype=torch.float64))
+            fail("merge_row_independence", case, target, f"row 0 of {nm} changed when the other rows changed", j,
+                 a0[j], b0[j], out_name=f"{nm}[0]",
+                 call="\n".join(tree_code(case.tree, case.op) + ["# vs the same with rows 1.. of every state replaced by nan/inf/-inf/max"]))

@@ -45,6 +45,9 @@ OPS = {
         Op("logsumexp", ("x",), oracles.logsumexp, out_dtype=_lse_dtype, reduces=True),
         Op("softmax_backward", ("y", "dy"), oracles.softmax_backward, forward="softmax"),
         Op("log_softmax_backward", ("z", "dz"), oracles.log_softmax_backward, forward="log_softmax"),
+        # merges of two (x, lse) states; return (x, lse). Drawn as MergeCase (properties/case.py)
+        Op("softmax_merge", ("p_a", "lse_a", "p_b", "lse_b"), oracles.softmax_merge),
+        Op("attention_merge", ("o_a", "lse_a", "o_b", "lse_b"), oracles.attention_merge),
     )
 }
 

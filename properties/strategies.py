@@ -371,9 +371,11 @@ VJP_SECOND_FAMILIES = ("moderate", "huge", "special", "grid", "bits", "subnormal
 def cases(draw, op_name, families=None, max_cols=None):
     """A Case for op_name: dtype, then its inputs (an explicit VJP's first argument is the rounded
     FP64 forward of drawn logits; its cotangent is drawn on the same shape)."""
-    from .case import Case
+    from .case import MERGE_OPS, Case
     from .ops import OPS
 
+    if op_name in MERGE_OPS:
+        return draw(merge_cases(op_name, families, max_cols))
     op = OPS[op_name]
     dtype = draw(dtypes(), label="dtype")
     first = draw(inputs(dtype, BOUNDARIES.values, families or FAMILIES, max_cols=max_cols), label=op.args[0])
@@ -384,3 +386,59 @@ def cases(draw, op_name, families=None, max_cols=None):
     lg = draw(logits(first.logits.rows, first.logits.cols, dtype, VJP_SECOND_FAMILIES, BOUNDARIES.values),
               label=op.args[1])
     return Case(op_name, dtype, (first, Input(lg, first.batch, lay)))
+
+
+# ==============================================================================================
+# merges (softmax_merge, attention_merge): a row split into chunks and a merge tree over them
+# ==============================================================================================
+GARBAGE = (math.nan, math.inf, -math.inf, 0.0, -0.0, 1e4)  # x values of empty states (never read)
+
+
+def merge_trees(leaves):
+    """Any binary tree whose leaves, left to right, are `leaves` (at least one): a split point
+    at every level. Shrinks towards the left-leaning (sequential online) chain."""
+    leaves = list(leaves)
+    if len(leaves) == 1:
+        return st.just(leaves[0])
+    return st.integers(1, len(leaves) - 1).flatmap(
+        lambda k: st.tuples(merge_trees(leaves[:k]), merge_trees(leaves[k:])))
+
+
+@st.composite
+def merge_cases(draw, op, families=None, max_cols=None, min_chunks=1, max_chunks=5):
+    """A MergeCase for op ("softmax_merge" or "attention_merge"):
+
+    * dtype: any of DTYPES; keys N: 0 to max_cols (default max(64, LIMITS.max_cols // 4));
+    * chunks: 1 to 5 cuts of the row, repeated cuts giving empty chunks, some chunks fully masked
+      (all -inf) and some empty states' values replaced by garbage (NaN, inf, 0, -0, 1e4);
+    * scores: a Logits recipe of the given families (default all), or for attention q k^T of
+      seeded normals; values v for attention, dv in {1, 2, 3, 8, 16, 64};
+    * tree: a permutation of the chunks and any binary tree over it;
+    * layout: strategies.layouts() for every chunk's x, and for its lse one of LSE_LAYOUTS
+      (stride-0 "broadcast" along the last batch axis when there is one)."""
+    from .case import LSE_LAYOUTS, MergeCase
+
+    dtype = draw(dtypes(), label="dtype")
+    cap = max_cols if max_cols is not None else max(64, LIMITS.max_cols // 4)
+    n = draw(rarely(st.just(0), st.one_of(st.sampled_from(special_lengths((), cap)), st.integers(1, cap)), 16),
+             label="n_keys")
+    k = draw(st.integers(min_chunks, max_chunks), label="n_chunks")
+    cuts = tuple(sorted(draw(st.lists(st.integers(0, n), min_size=k - 1, max_size=k - 1), label="cuts")))
+    dv = draw(st.sampled_from([1, 2, 3, 8, 16, 64]), label="dv") if op == "attention_merge" else 0
+    per_row = max(n, 1) * max(dv, 1)
+    batch = draw(batch_shapes(True, max_rows=max(1, LIMITS.max_elems // 4 // per_row)), label="batch")
+    lse_layout = draw(st.sampled_from(sorted(LSE_LAYOUTS) if batch else ["contiguous", "offset", "strided"]),
+                      label="lse_layout")
+    rows = math.prod(batch[:-1]) if (lse_layout == "broadcast" and batch) else math.prod(batch)
+    scores = draw(logits(rows, n, dtype, families or FAMILIES), label="scores")
+    qk = ()
+    if op == "attention_merge" and draw(st.booleans(), label="qk"):
+        qk = (draw(st.integers(0, 2**16)), draw(st.sampled_from([1, 4, 16, 64])))
+    masked = tuple(sorted(set(draw(st.lists(st.integers(0, k - 1), max_size=2), label="masked"))))
+    garbage = tuple(draw(st.lists(st.tuples(st.integers(0, k - 1), st.sampled_from(GARBAGE)), max_size=2),
+                         label="garbage")) if k > 1 else ()  # a lone chunk is never merged: it is its state
+    order = draw(st.permutations(range(k)), label="order")
+    tree = draw(merge_trees(order), label="tree")
+    layout = draw(layouts(), label="layout")
+    return MergeCase(op, dtype, scores, tuple(batch), cuts, masked, garbage, tree, dv,
+                     draw(st.integers(0, 2**16), label="v_seed"), qk, layout, lse_layout)

@@ -143,3 +143,116 @@ def test_layout_planner_covers_strided_batches():
     plan = _launch.plan_rows([x], [(y, False)], 2)
     assert plan.inputs[0].data_ptr() == x.data_ptr()  # no copy
     assert (plan.n_rows, plan.n_cols, plan.n1, plan.in_strides[0]) == (12, 9, 3, (10, 0))
+
+
+# ---------------------------------------------------------------------------- merges
+def _same_bits(a, b) -> bool:
+    """Equal values (relative 1e-12), NaN where NaN, and the sign of zeros alike."""
+    a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
+    b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
+    if a.shape != b.shape:
+        return False
+    both_nan = torch.isnan(a) & torch.isnan(b)
+    close = torch.isclose(a, b, rtol=1e-12, atol=0) | (a == b)
+    zeros_alike = (a != 0) | (torch.signbit(a) == torch.signbit(b))
+    return bool((both_nan | (close & zeros_alike)).all())
+
+
+@pytest.mark.parametrize("what,la,xa,lb,xb,p,o,lse", oracles.MERGE_SEMANTICS, ids=[r[0] for r in oracles.MERGE_SEMANTICS])
+def test_merge_semantics_table(what, la, xa, lb, xb, p, o, lse):
+    """Every row of MERGE_SEMANTICS holds for the FP64 merge oracle and the project's kernels
+    (float32 and float64), signs of zeros included."""
+    for dt in (torch.float64, torch.float32):
+        ld = torch.float64 if dt == torch.float64 else torch.float32
+        args = (torch.tensor([xa], dtype=dt, device=DEV).reshape(1, len(xa)), torch.tensor([la], dtype=ld, device=DEV),
+                torch.tensor([xb], dtype=dt, device=DEV).reshape(1, len(xb)), torch.tensor([lb], dtype=ld, device=DEV))
+        want_lse = torch.tensor([lse], dtype=ld).double()  # the table's lse, rounded to the lse dtype
+        for impl, sm, am in (("oracle", oracles.softmax_merge, oracles.attention_merge),
+                             ("kernels", kernels.softmax_merge, kernels.attention_merge)):
+            got_p, got_l = (t.cpu().to(d) for t, d in zip(sm(*args), (dt, ld)))  # oracle: FP64, rounded
+            assert _same_bits(got_p, torch.tensor(p, dtype=torch.float64).to(dt)), f"{impl} softmax_merge [{what}] {dt}: p={got_p.tolist()}, table says {p}"
+            assert _same_bits(got_l, want_lse), f"{impl} softmax_merge [{what}] {dt}: lse={got_l.tolist()}, table says {lse}"
+            if o is not None:
+                got_o, got_l = (t.cpu().to(d) for t, d in zip(am(*args), (dt, ld)))
+                assert _same_bits(got_o, torch.tensor(o, dtype=torch.float64).to(dt)), f"{impl} attention_merge [{what}] {dt}: o={got_o.tolist()}, table says {o}"
+                assert _same_bits(got_l, want_lse), f"{impl} attention_merge [{what}] {dt}: lse={got_l.tolist()}"
+
+
+@pytest.mark.parametrize("row_a", oracles.SEMANTICS, ids=[r[0] for r in oracles.SEMANTICS])
+def test_merge_semantics_follow_the_one_shot_table(row_a):
+    """The merge rules are the one-shot ops' rules: for every pair of SEMANTICS rows (a, b),
+    merging torch's softmax / logsumexp of a and of b (the oracle) gives torch's of the
+    concatenation [a, b]; and the attention oracle over [a, b] is the merge of its chunks'."""
+    xa = torch.tensor(row_a[1], dtype=torch.float64).reshape(1, -1)
+    for row_b in oracles.SEMANTICS:
+        xb = torch.tensor(row_b[1], dtype=torch.float64).reshape(1, -1)
+        x = torch.cat([xa, xb], -1)
+        p, lse = oracles.softmax_merge(torch.softmax(xa, -1), torch.logsumexp(xa, -1), torch.softmax(xb, -1),
+                                       torch.logsumexp(xb, -1))
+        if x.shape[-1]:  # torch's softmax of an all-masked / empty row is the table's
+            assert _same_bits(p, torch.softmax(x, -1)), f"{row_a[0]} + {row_b[0]}: p={p.tolist()}"
+        assert _same_bits(lse, torch.logsumexp(x, -1)), f"{row_a[0]} + {row_b[0]}: lse={lse.tolist()}"
+        v = torch.arange(1.0, 2.0 * x.shape[-1] + 1, dtype=torch.float64).reshape(1, x.shape[-1], 2)
+        oa, la = oracles.attention(xa, v[:, :xa.shape[-1]])
+        ob, lb = oracles.attention(xb, v[:, xa.shape[-1]:])
+        o, l2 = oracles.attention_merge(oa, la, ob, lb)
+        o_ref, l_ref = oracles.attention(x, v)
+        assert bool((((o - o_ref).abs() <= 1e-12 * o_ref.abs().clamp_min(1)) | (o.isnan() & o_ref.isnan())).all()), \
+            f"{row_a[0]} + {row_b[0]}: attention o={o.tolist()} one-shot {o_ref.tolist()}"
+        assert _same_bits(l2, l_ref)
+
+
+@pytest.mark.parametrize("op,x", [("softmax_merge", "p"), ("attention_merge", "o")])
+def test_merge_rejects_bad_input(op, x):
+    f = getattr(kernels, op)
+    a, la = torch.rand(2, 3, 4, device=DEV), torch.rand(2, 3, device=DEV)
+    with pytest.raises(ValueError, match=rf"{x}_a and {x}_b must have the same (leading )?shape"):
+        f(a, la, torch.rand(2, 2, 4, device=DEV), la)
+    with pytest.raises(TypeError, match=rf"{x}_a and {x}_b must have the same dtype, got torch.float32 and torch.float16"):
+        f(a, la, a.half(), la)
+    with pytest.raises(TypeError, match=rf"lse_b.dtype must be torch.float32 \(the logsumexp dtype for {x}_a.dtype=torch.float32\), got torch.float16"):
+        f(a, la, a, la.half())
+    with pytest.raises(TypeError, match=rf"lse_a.dtype must be torch.float64 .*got torch.float32"):
+        f(a.double(), la, a.double(), la.double())
+    with pytest.raises(ValueError, match=r"lse_a must have shape \(2, 3\)"):
+        f(a, la[:, :2], a, la)
+    with pytest.raises(TypeError, match=rf"{x}_b.dtype must be .*got torch.int32"):
+        f(a, la, a.int(), la)
+    with pytest.raises(TypeError, match=r"lse_a must be a torch.Tensor, got float"):
+        f(a, 0.0, a, la)
+    with pytest.raises(ValueError, match=rf"{x}_a must have at least one axis"):
+        f(torch.tensor(1.0, device=DEV), torch.tensor(1.0, device=DEV), torch.tensor(1.0, device=DEV), la)
+    if op == "attention_merge":
+        with pytest.raises(ValueError, match=r"o_a and o_b must have the same shape"):
+            f(a, la, a[..., :3], la)
+    if DEV == "cuda":
+        with pytest.raises(ValueError, match=r"(lse_b is on device 'cpu'|must be on the same device)"):
+            f(a, la, a, la.cpu())
+
+
+def test_merge_cpu_tensor_outside_interpreter_is_refused(monkeypatch):
+    monkeypatch.setattr(_launch, "interpreting", lambda: False)
+    for f, x in ((kernels.softmax_merge, "p_a"), (kernels.attention_merge, "o_a")):
+        with pytest.raises(ValueError, match=rf"{x} is on device 'cpu', but the Triton kernels run on CUDA tensors"):
+            f(torch.ones(2, 3), torch.ones(2), torch.ones(2, 3), torch.ones(2))
+
+
+@settings(max_examples=25)
+@given(st.data())
+def test_merge_reproducer_rebuilds_the_exact_states(data):
+    """A MergeCase's printed reproducer, executed, yields bitwise every chunk state (values,
+    shapes, strides) the case fed the target, and its merge calls name the tree's steps."""
+    op = data.draw(st.sampled_from(["softmax_merge", "attention_merge"]))
+    case = data.draw(S.merge_cases(op))
+    code = case.reproducer("kernels", call="out = None")
+    scope = {}
+    exec(code, scope)
+    for c, (x, lse) in case.leaf_tensors().items():
+        for name, t in ((f"x{c}", x), (f"lse{c}", lse)):
+            r = scope[name]
+            assert r.shape == t.shape and r.dtype == t.dtype, name
+            assert r.stride() == t.stride() or t.numel() == 0, name  # an empty tensor's strides are arbitrary
+            assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
+    from .case import tree_code, tree_depth
+    lines = tree_code(case.tree, op)
+    assert len(lines) == max(1, len(case.bounds()) - 1) and (tree_depth(case.tree) == 0 or lines[-1].startswith("out = target."))

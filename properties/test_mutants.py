@@ -1,7 +1,9 @@
 """The suite must catch each deliberately broken kernel in properties/mutants/. For the two the
 foundation issue names (no max subtraction; sum(g) for sum(y * g)) the counterexample must shrink
 to at most 4 elements per input; the others report their size (the shrinker does not always
-reach the smallest case over (invariant, case) pairs, and catching is what is required)."""
+reach the smallest case over (invariant, case) pairs, and catching is what is required). The two
+merge mutants of issue 3 must shrink to at most 4 elements per state tensor too, and print the
+failure report of their shrunk counterexample."""
 from __future__ import annotations
 
 import contextlib
@@ -11,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, errors, find, settings, strategies as st
 
 from . import strategies as S
-from .case import PropertyFailure
+from .case import MERGE_OPS, PropertyFailure
 from .invariants import REGISTRY
 from .ops import Target
 
@@ -33,9 +35,11 @@ MUTANTS = {  # module in properties/mutants -> the op it breaks
     "softmax_via_rounded_lse": "softmax",
     "swapped_columns": "softmax",
     "backward_row_coupling": "softmax_backward",
+    "merge_lse_arithmetic": "attention_merge",  # issue 3: lse = -inf treated arithmetically (0 * NaN)
+    "merge_lse_max": "softmax_merge",  # issue 3: merged lse = max(lse_a, lse_b)
 }
 
-MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4}
+MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4, "merge_lse_arithmetic": 4, "merge_lse_max": 4}
 
 
 @contextlib.contextmanager
@@ -92,11 +96,17 @@ def test_suite_catches_mutant(name, target):
     inv, case = search(f"properties.mutants.{name}", MUTANTS[name], target.device, 1000)
     sizes = [t.numel() for t in case.tensors(target.device)]
     print(f"{name}: caught by {inv.name}; counterexample sizes {sizes}")
+    if MUTANTS[name] in MERGE_OPS:  # show the shrunk counterexample's report
+        try:
+            inv.check(case, Target(f"properties.mutants.{name}"))
+        except Exception as e:
+            print(f"{type(e).__name__}: {e}")
     limit = MAX_ELEMENTS.get(name, math.inf)
     assert max(sizes) <= limit, f"{name}: caught by {inv.name}, but the shrunk counterexample still has {sizes} elements:\n{case}"
 
 
-@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward"])
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward",
+                                "softmax_merge", "attention_merge"])
 def test_control_correct_kernels_are_not_caught(op, target):
     """The same search against the project's kernels finds nothing: a catch above is the mutant's
     bug, not the search's (this control once exposed two harness errors counted as catches)."""

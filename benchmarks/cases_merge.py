@@ -1,0 +1,86 @@
+"""Benchmark cases for the merges (softmax_merge, attention_merge), for benchmarks/bench.py.
+
+``cases(quick)`` yields one dict per case: op, pass_ ("fwd"), dtype (str), D (row length: Dv, or
+Da + Db), N (rows), nbytes (model bytes), impls (name -> zero-arg callable): "ours" (kernels),
+"torch" (the eager formula of seed 003, ``_update_out_and_lse`` / ``online_softmax3``) and
+"compile" (torch.compile of that formula, when it compiles). Each case allocates about 1 GB of
+inputs and outputs; tensors are freed when the generator moves on.
+
+Model bytes: attention_merge 3 * numel(o) * s (read o_a and o_b, write o; the lse vectors, 1/Dv of
+that, are not counted), as in shared/ANCHORS.md; softmax_merge 2 * numel(p) * s (read p_a and
+p_b, together numel(p), write p).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import kernels  # noqa: E402
+
+
+def eager_attention_merge(o_a, lse_a, o_b, lse_b):
+    """Seed 003's _update_out_and_lse in float32, the result cast back to o's dtype."""
+    lse = lse_a + torch.log(1 + torch.exp(lse_b - lse_a))
+    o = torch.exp(lse_a - lse)[..., None] * o_a.float() + torch.exp(lse_b - lse)[..., None] * o_b.float()
+    return o.to(o_a.dtype), lse
+
+
+def eager_softmax_merge(p_a, lse_a, p_b, lse_b):
+    """Seed 003's online_softmax3 (rows of chunks), the result cast back to p's dtype."""
+    qa = p_a.float() / (1 + torch.exp(lse_b - lse_a))[..., None]
+    qb = p_b.float() / (1 + torch.exp(lse_a - lse_b))[..., None]
+    lse = lse_a + torch.log(1 + torch.exp(lse_b - lse_a))
+    return torch.cat([qa, qb], -1).to(p_a.dtype), lse
+
+
+def _compiled(fn, args):
+    try:
+        c = torch.compile(fn)
+        c(*args)
+        return lambda: c(*args)
+    except Exception as e:  # pragma: no cover - reported, the case runs without it
+        print(f"torch.compile({fn.__name__}) failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
+def _impls(ours, eager, args):
+    impls = {"ours": lambda: ours(*args), "torch": lambda: eager(*args)}
+    comp = _compiled(eager, args)
+    if comp is not None:
+        impls["compile"] = comp
+    return impls
+
+
+def cases(quick: bool):
+    dev = "cuda"
+    attn = [(torch.float32, 32768 * 32, 128), (torch.bfloat16, 65536 * 32, 128)]
+    smax = [(torch.float32, 32768, 4096), (torch.bfloat16, 65536, 4096)]
+    if not quick:
+        attn += [(torch.float32, 131072 * 8, 128), (torch.float32, 32768 * 8, 512), (torch.bfloat16, 16384 * 32, 512)]
+        smax += [(torch.float32, 2**21, 128), (torch.float32, 2048, 65536), (torch.bfloat16, 2**22, 128)]
+    for dtype, N, D in attn:
+        s = dtype.itemsize
+        o_a = torch.randn(N, D, device=dev, dtype=dtype)
+        o_b = torch.randn(N, D, device=dev, dtype=dtype)
+        lse_a = torch.randn(N, device=dev) * 4
+        lse_b = torch.randn(N, device=dev) * 4
+        args = (o_a, lse_a, o_b, lse_b)
+        yield dict(op="attention_merge", pass_="fwd", dtype=str(dtype).replace("torch.", ""), D=D, N=N,
+                   nbytes=3 * N * D * s, impls=_impls(kernels.attention_merge, eager_attention_merge, args))
+        del o_a, o_b, lse_a, lse_b, args
+        torch.cuda.empty_cache()
+    for dtype, N, D in smax:
+        s = dtype.itemsize
+        da = D // 2
+        p_a = torch.rand(N, da, device=dev, dtype=dtype)
+        p_b = torch.rand(N, D - da, device=dev, dtype=dtype)
+        lse_a = torch.randn(N, device=dev) * 4
+        lse_b = torch.randn(N, device=dev) * 4
+        args = (p_a, lse_a, p_b, lse_b)
+        yield dict(op="softmax_merge", pass_="fwd", dtype=str(dtype).replace("torch.", ""), D=D, N=N,
+                   nbytes=2 * N * D * s, impls=_impls(kernels.softmax_merge, eager_softmax_merge, args))
+        del p_a, p_b, lse_a, lse_b, args
+        torch.cuda.empty_cache()

@@ -1,0 +1,271 @@
+"""Triton kernels that merge two (softmax, logsumexp) states: ``softmax_merge`` and ``attention_merge``.
+
+Both are memory-bound element-wise maps: one read of every input, one write of every output.
+Per row, the two logsumexps ``la``, ``lb`` give the merged ``lse = mx + log(1 + e)`` with
+``mx = max(la, lb)``, ``e = exp(min - mx)`` (so ``e`` is in [0, 1] and nothing overflows), and the
+weights ``w_max = 1 / (1 + e)``, ``w_min = e / (1 + e)`` (the sigmoid form of seed 003's
+``online_softmax3`` / ``_update_out_and_lse``; it never forms ``exp(la - lse)``, whose argument
+carries the absolute rounding of a large ``lse``). The weights are symmetric in (a, b), so the
+merge is bitwise commutative (up to the column order of softmax chunks).
+
+* ``attention_merge``: ``o = w_a o_a + w_b o_b``. A program holds a ``[BLOCK_R, BLOCK_D]`` tile
+  of rows, loads each row's two lse once, and loops over the value axis in ``BLOCK_D`` columns.
+* ``softmax_merge``: output column ``j < Da`` is ``w_a p_a[j]``, column ``Da + j`` is
+  ``w_b p_b[j]``: each output column block comes from exactly one input, so the kernel is a scaled
+  copy tiled over (rows, column blocks); program 0 of each row block also writes the merged lse.
+
+Edge rows (oracles/semantics.py, MERGE_SEMANTICS), consistent with the one-shot ops:
+
+* ``lse = -inf`` is an empty (or fully masked) chunk, and merging with it is the exact identity:
+  the other side's values are copied bitwise, whatever the empty side's ``p``/``o`` hold (NaN
+  included); an empty softmax chunk's columns become 0 (softmax of ``-inf`` logits).
+* both ``-inf``: attention gives ``o = 0``, ``lse = -inf`` (no NaN); softmax gives NaN ``p`` and
+  ``lse = -inf``, as the one-shot softmax of an all ``-inf`` row.
+* a NaN lse on either side poisons the row: NaN everywhere, ``lse = NaN``. Otherwise a ``+inf``
+  lse gives NaN ``p``/``o`` and ``lse = +inf`` (as a ``+inf`` logit does in the one-shot ops).
+
+Arithmetic in float32 (float64 for float64 inputs); the output rounded to nearest-even.
+Row offsets are 64-bit; column offsets 32-bit (a row holds fewer than 2**31 elements).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _launch as L
+from ._numerics import to_out
+
+
+@triton.jit
+def _row_off(rows, n1, s0, s1, TWO_AXES: tl.constexpr):
+    """64-bit element offset of each row: (r // n1) s0 + (r % n1) s1, or r s1 when the batch
+    collapsed to one axis (no 64-bit division then)."""
+    if TWO_AXES:
+        return (rows // n1) * s0 + (rows % n1) * s1
+    else:
+        return rows * s1
+
+
+@triton.jit
+def _merge_weights(la, lb):
+    """Per row: (w_a, w_b, lse, nan_rows, a_empty, b_empty). nan_rows: output NaN (a NaN or +inf
+    lse, or, for softmax, both empty); a_empty / b_empty: that side alone is empty (-inf) and the
+    other finite, so the merge is the exact identity."""
+    nan_in = (la != la) | (lb != lb)
+    a_ge = la >= lb
+    mx = tl.where(a_ge, la, lb)
+    mn = tl.where(a_ge, lb, la)
+    fin = (mx > float("-inf")) & (mx < float("inf")) & ~nan_in
+    mxs = tl.where(fin, mx, 0.0)
+    e = tl.where(fin, tl.exp(tl.where(fin, mn, 0.0) - mxs), 0.0)  # mn = -inf gives exactly 0
+    den = 1.0 + e
+    w_mx = 1.0 / den
+    w_mn = e / den
+    wa = tl.where(a_ge, w_mx, w_mn)
+    wb = tl.where(a_ge, w_mn, w_mx)
+    lse = tl.where(fin, tl.where(mn == float("-inf"), mx, mxs + tl.log(den)), mx)
+    lse = tl.where(nan_in, float("nan"), lse)
+    poison = nan_in | (mx == float("inf"))
+    both_empty = (mx == float("-inf")) & ~nan_in
+    a_empty = fin & (la == float("-inf"))
+    b_empty = fin & (lb == float("-inf"))
+    return wa, wb, lse, poison, both_empty, a_empty, b_empty
+
+
+@triton.jit(do_not_specialize=["n_rows", "n1"])
+def _attention_merge_kernel(
+    OA, LA, OB, LB, O, LO,
+    n_rows, n_cols, n1,
+    soa0, soa1, sla0, sla1, sob0, sob1, slb0, slb1, so0, so1, slo0, slo1,
+    F64: tl.constexpr, TWO_AXES: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < n_rows
+    la = tl.load(LA + _row_off(rows, n1, sla0, sla1, TWO_AXES), mask=rmask, other=0.0).to(CT)
+    lb = tl.load(LB + _row_off(rows, n1, slb0, slb1, TWO_AXES), mask=rmask, other=0.0).to(CT)
+    wa, wb, lse, poison, both_empty, a_empty, b_empty = _merge_weights(la, lb)
+    tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
+    offa = _row_off(rows, n1, soa0, soa1, TWO_AXES)[:, None]
+    offb = _row_off(rows, n1, sob0, sob1, TWO_AXES)[:, None]
+    offo = _row_off(rows, n1, so0, so1, TWO_AXES)[:, None]
+    for start in range(0, n_cols, BLOCK_D):
+        cols = (start + tl.arange(0, BLOCK_D))[None, :]
+        mask = rmask[:, None] & (cols < n_cols)
+        # an empty side is not read: its values never matter
+        oa = tl.load(OA + offa + cols, mask=mask & ~a_empty[:, None], other=0.0)
+        ob = tl.load(OB + offb + cols, mask=mask & ~b_empty[:, None], other=0.0)
+        v = wa[:, None] * oa.to(CT) + wb[:, None] * ob.to(CT)
+        v = tl.where(poison[:, None], float("nan"), tl.where(both_empty[:, None], 0.0, v))
+        out = to_out(v, O.dtype.element_ty)
+        out = tl.where(b_empty[:, None], oa, tl.where(a_empty[:, None], ob, out))  # exact identity
+        tl.store(O + offo + cols, out, mask=mask)
+
+
+@triton.jit
+def _scaled_tile(SRC, soff, DST, doff, cols, n, rmask, w, nan_rows, zero_rows, copy_rows, CT: tl.constexpr):
+    """DST[row, col] = w * SRC[row, col] for one [rows, cols] tile; NaN on nan_rows, 0 on
+    zero_rows (this side empty), SRC bitwise on copy_rows (the other side empty)."""
+    mask = rmask[:, None] & (cols < n)[None, :]
+    x = tl.load(SRC + soff[:, None] + cols[None, :], mask=mask & ~zero_rows[:, None], other=0.0)
+    v = w[:, None] * x.to(CT)
+    v = tl.where(nan_rows[:, None], float("nan"), tl.where(zero_rows[:, None], 0.0, v))
+    out = to_out(v, DST.dtype.element_ty)
+    out = tl.where(copy_rows[:, None], x, out)
+    tl.store(DST + doff[:, None] + cols[None, :], out, mask=mask)
+
+
+@triton.jit(do_not_specialize=["n_rows", "n1", "n_cb_a", "n_cb"])
+def _softmax_merge_kernel(
+    PA, LA, PB, LB, P, LO,
+    n_rows, n1, da, db,
+    spa0, spa1, sla0, sla1, spb0, spb1, slb0, slb1, sp0, sp1, slo0, slo1,
+    n_cb_a, n_cb,
+    F64: tl.constexpr, TWO_AXES: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    pid = tl.program_id(0)
+    pid_r = pid // n_cb
+    pid_c = pid % n_cb
+    rows = pid_r.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < n_rows
+    la = tl.load(LA + _row_off(rows, n1, sla0, sla1, TWO_AXES), mask=rmask, other=0.0).to(CT)
+    lb = tl.load(LB + _row_off(rows, n1, slb0, slb1, TWO_AXES), mask=rmask, other=0.0).to(CT)
+    wa, wb, lse, poison, both_empty, a_empty, b_empty = _merge_weights(la, lb)
+    nan_rows = poison | both_empty  # the one-shot softmax of an all -inf row is NaN
+    if pid_c == 0:
+        tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
+    offp = _row_off(rows, n1, sp0, sp1, TWO_AXES)
+    if pid_c < n_cb_a:
+        cols = pid_c * BLOCK_D + tl.arange(0, BLOCK_D)
+        _scaled_tile(PA, _row_off(rows, n1, spa0, spa1, TWO_AXES), P, offp, cols, da, rmask, wa, nan_rows, a_empty, b_empty, CT)
+    else:
+        cols = (pid_c - n_cb_a) * BLOCK_D + tl.arange(0, BLOCK_D)
+        _scaled_tile(PB, _row_off(rows, n1, spb0, spb1, TWO_AXES), P, offp + da, cols, db, rmask, wb, nan_rows, b_empty, a_empty, CT)
+
+
+JIT_KERNELS = (_attention_merge_kernel, _softmax_merge_kernel)
+
+
+# ----------------------------------------------------------------------------------------------
+# validation and launch
+# ----------------------------------------------------------------------------------------------
+def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _check(op: str, names, tensors, same_last: bool):
+    """Validate (x_a, lse_a, x_b, lse_b): float tensors on one device (CUDA, or CPU under the
+    interpreter), x_a/x_b of one dtype with at least one axis and one batch shape (and one last
+    axis when same_last), each lse of the batch shape in float32 (float64 for float64 x)."""
+    xa_n, la_n, xb_n, lb_n = names
+    xa, la, xb, lb = tensors
+    for n, t in zip(names, tensors):
+        L.check_tensor(n, t, op)
+    for n, t in ((xa_n, xa), (xb_n, xb)):
+        if t.ndim == 0:
+            raise ValueError(f"{op}: {n} must have at least one axis (..., D), got a 0-d tensor")
+    if same_last and xa.shape != xb.shape:
+        raise ValueError(f"{op}: {xa_n} and {xb_n} must have the same shape, got {tuple(xa.shape)} and {tuple(xb.shape)}")
+    if xa.shape[:-1] != xb.shape[:-1]:
+        raise ValueError(f"{op}: {xa_n} and {xb_n} must have the same leading shape (all but the last axis), "
+                         f"got {tuple(xa.shape)} and {tuple(xb.shape)}")
+    if xa.dtype != xb.dtype:
+        raise TypeError(f"{op}: {xa_n} and {xb_n} must have the same dtype, got {xa.dtype} and {xb.dtype}")
+    want = _lse_dtype(xa.dtype)
+    batch = tuple(xa.shape[:-1])
+    for n, t in ((la_n, la), (lb_n, lb)):
+        if t.dtype != want:
+            raise TypeError(f"{op}: {n}.dtype must be {want} (the logsumexp dtype for {xa_n}.dtype={xa.dtype}), got {t.dtype}")
+        if tuple(t.shape) != batch:
+            raise ValueError(f"{op}: {n} must have shape {batch} ({xa_n}.shape without its last axis; use .expand() "
+                             f"to broadcast), got {tuple(t.shape)}")
+    for n, t in zip(names[1:], tensors[1:]):
+        if t.device != xa.device:
+            raise ValueError(f"{op}: {xa_n} and {n} must be on the same device, got {xa.device} and {t.device}")
+
+
+def _plan(batch, row_inputs, lse_inputs, outputs):
+    """Row layout for row tensors (last axis unit-stride, copied when not) and per-row lse
+    tensors: at most two (size, stride) batch pairs shared by all. Returns (n_rows, n1, row
+    tensors, [(s0, s1)] for row_inputs + lse_inputs + outputs) in that order."""
+    rows_t = [t if (t.shape[-1] <= 1 or t.stride(-1) == 1) else t.contiguous() for t in row_inputs]
+    lses = list(lse_inputs)
+    n_rows = 1
+    for n in batch:
+        n_rows *= n
+    for attempt in range(2):
+        strides = [list(t.stride()[:-1]) for t in rows_t] + [list(t.stride()) for t in lses]
+        strides += [list(o.stride()[:-1]) if per_row is False else list(o.stride()) for o, per_row in outputs]
+        dims = L._collapse(list(batch), strides)
+        if len(dims) <= 2:
+            break
+        rows_t = [t.contiguous() for t in rows_t]
+        lses = [t.contiguous() for t in lses]
+    if len(dims) == 0:
+        n1, pairs = 1, [(0, 0)] * len(strides)
+    elif len(dims) == 1:
+        n1, pairs = dims[0][0], [(0, s) for s in dims[0][1]]
+    else:
+        n1, pairs = dims[1][0], list(zip(dims[0][1], dims[1][1]))
+    return n_rows, max(n1, 1), rows_t, lses, pairs
+
+
+def _tile(n_cols: int, n_rows: int, dtype: torch.dtype):
+    """[BLOCK_R, BLOCK_D]: BLOCK_D the row length (at least 16, at most one tile), BLOCK_R the rest
+    of a tile of 8 (2-byte) to 2 (8-byte) thousand elements, i.e. 16 KB per input in flight."""
+    te = L.tile_elems(dtype)
+    bd = min(te, max(16, triton.next_power_of_2(max(n_cols, 1))))
+    br = max(1, min(te // bd, triton.next_power_of_2(max(n_rows, 1))))
+    return br, bd
+
+
+def attention_merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor):
+    """Merge two partial attention states over disjoint key sets (ring attention's update):
+    ``lse = log(exp(lse_a) + exp(lse_b))``, ``o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b``.
+    o_a, o_b: (..., Dv) of one float dtype; lse_a, lse_b: (...) float32 (float64 for float64 o).
+    Returns fresh contiguous (o, lse) with o_a's dtype. lse = -inf marks an empty state (its o is
+    never read); two empty states give o = 0, lse = -inf."""
+    name = "attention_merge"
+    _check(name, ("o_a", "lse_a", "o_b", "lse_b"), (o_a, lse_a, o_b, lse_b), same_last=True)
+    batch = tuple(o_a.shape[:-1])
+    o = torch.empty(o_a.shape, dtype=o_a.dtype, device=o_a.device)
+    lse = torch.empty(batch, dtype=lse_a.dtype, device=o_a.device)
+    n_rows, n1, (xa, xb), (la, lb), pairs = _plan(batch, [o_a, o_b], [lse_a, lse_b], [(o, False), (lse, True)])
+    if n_rows == 0:
+        return o, lse
+    n_cols = o_a.shape[-1]
+    br, bd = _tile(n_cols, n_rows, o_a.dtype)
+    L.note_variant(name, dtype=str(o_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
+    (sa, sb, sla, slb, so, slo) = pairs
+    _attention_merge_kernel[(triton.cdiv(n_rows, br),)](
+        xa, la, xb, lb, o, lse, n_rows, n_cols, n1, *sa, *sla, *sb, *slb, *so, *slo,
+        F64=o_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, BLOCK_R=br, BLOCK_D=bd, num_warps=L._warps(br * bd))
+    return o, lse
+
+
+def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse_b: torch.Tensor):
+    """Softmax and logsumexp of the concatenation [x_a, x_b] of two column chunks of the same rows,
+    from each chunk's softmax p and logsumexp lse (seed 003's ``online_softmax3``):
+    ``p = [exp(lse_a - lse) p_a, exp(lse_b - lse) p_b]``, ``lse = log(exp(lse_a) + exp(lse_b))``.
+    p_a: (..., Da), p_b: (..., Db) of one float dtype; lse: (...) float32 (float64 for float64 p).
+    Returns fresh contiguous (p of shape (..., Da + Db), lse)."""
+    name = "softmax_merge"
+    _check(name, ("p_a", "lse_a", "p_b", "lse_b"), (p_a, lse_a, p_b, lse_b), same_last=False)
+    batch = tuple(p_a.shape[:-1])
+    da, db = p_a.shape[-1], p_b.shape[-1]
+    p = torch.empty(batch + (da + db,), dtype=p_a.dtype, device=p_a.device)
+    lse = torch.empty(batch, dtype=lse_a.dtype, device=p_a.device)
+    n_rows, n1, (xa, xb), (la, lb), pairs = _plan(batch, [p_a, p_b], [lse_a, lse_b], [(p, False), (lse, True)])
+    if n_rows == 0:
+        return p, lse
+    br, bd = _tile(max(da, db), n_rows, p_a.dtype)
+    n_cb_a, n_cb_b = triton.cdiv(da, bd), triton.cdiv(db, bd)
+    n_cb = max(1, n_cb_a + n_cb_b)  # at least one program per row block writes the lse
+    L.note_variant(name, dtype=str(p_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
+    (sa, sb, sla, slb, sp, slo) = pairs
+    _softmax_merge_kernel[(triton.cdiv(n_rows, br) * n_cb,)](
+        xa, la, xb, lb, p, lse, n_rows, n1, da, db, *sa, *sla, *sb, *slb, *sp, *slo, n_cb_a, n_cb,
+        F64=p_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, BLOCK_R=br, BLOCK_D=bd, num_warps=L._warps(br * bd))
+    return p, lse

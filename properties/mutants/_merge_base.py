@@ -1,0 +1,27 @@
+"""Shared launch code for the merge mutants: states made contiguous, one program per row."""
+import math
+
+import torch
+import triton
+
+from kernels._launch import check_tensor
+
+
+def rows_of(t: torch.Tensor, width: int) -> torch.Tensor:
+    return t.contiguous().reshape(math.prod(t.shape[:-1]) if t.ndim else 1, width)
+
+
+def launch(kernel, xa, la, xb, lb, name: str, concat: bool):
+    """concat: softmax_merge (output columns [a, b]); else attention_merge (same width)."""
+    for n, t in (("x_a", xa), ("lse_a", la), ("x_b", xb), ("lse_b", lb)):
+        check_tensor(n, t, name)
+    da, db = xa.shape[-1], xb.shape[-1]
+    a2, b2 = rows_of(xa, da), rows_of(xb, db)
+    l1, l2 = la.contiguous().reshape(-1), lb.contiguous().reshape(-1)
+    width = da + db if concat else da
+    out = torch.empty((a2.shape[0], width), dtype=xa.dtype, device=xa.device)
+    lse = torch.empty(l1.shape, dtype=la.dtype, device=xa.device)
+    if a2.shape[0]:
+        kernel[(a2.shape[0],)](a2, l1, b2, l2, out, lse, da, db, F64=xa.dtype == torch.float64,
+                               BLOCK=max(16, triton.next_power_of_2(max(da, db, 1))))
+    return out.reshape(*xa.shape[:-1], width), lse.reshape(la.shape)
