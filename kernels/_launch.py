@@ -176,7 +176,7 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False) -> Confi
     return Config(1, mb, True, triton.cdiv(n_cols, mb), _warps(mb, per_warp))
 
 
-def _warps(elems: int, per_warp: int) -> int:
+def _warps(elems: int, per_warp: int = 1024) -> int:
     return max(4, min(16, elems // per_warp))
 
 
