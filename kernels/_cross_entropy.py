@@ -91,6 +91,9 @@ def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, has_nan, V, sxr, st, ign
         loss = (keep * lse - keep * xt) + (eps * lse - eps * SXV)
     else:
         loss = lse - xt
+    # the exact loss is >= 0; rounding (of the mean of x, or an approximate log near S = 1) may
+    # leave it a few ulps below: clamp (NaN stays NaN), which can only reduce the error
+    loss = tl.where(loss < 0.0, 0.0, loss)
     tl.store(LOSS + rows, tl.where(ign, 0.0, loss), mask=rmask)
 
 

@@ -4,9 +4,11 @@ from .reference import (
     fd_grad, log_softmax, log_softmax_backward, logsumexp, row_stats, softmax, softmax_backward,
 )
 from .mp import mp_log_softmax, mp_logsumexp, mp_softmax
-from .semantics import SEMANTICS
+from .semantics import CE_SEMANTICS, SEMANTICS
+from . import cross_entropy as ce
 
 __all__ = [
     "softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward", "row_stats",
     "fd_grad", "mp_softmax", "mp_log_softmax", "mp_logsumexp", "SEMANTICS",
+    "ce", "CE_SEMANTICS",
 ]
