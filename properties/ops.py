@@ -45,6 +45,10 @@ OPS = {
         Op("logsumexp", ("x",), oracles.logsumexp, out_dtype=_lse_dtype, reduces=True),
         Op("softmax_backward", ("y", "dy"), oracles.softmax_backward, forward="softmax"),
         Op("log_softmax_backward", ("z", "dz"), oracles.log_softmax_backward, forward="log_softmax"),
+        # cross-entropy: keyword options (ignore_index, reduction, label_smoothing); drawn as a
+        # CECase (properties/case.py), checked by the ce_* invariants
+        Op("cross_entropy", ("logits", "target"), oracles.ce.cross_entropy),
+        Op("cross_entropy_backward", ("logits", "target", "dloss"), oracles.ce.cross_entropy_backward),
     )
 }
 
@@ -54,7 +58,8 @@ DEFAULT_REFUSALS = (NotImplementedError, ValueError, TypeError)
 
 
 class Target:
-    """The module under test. Functions reduce over the last axis; missing ones are skipped."""
+    """The module under test. Functions reduce over the last axis; missing ones are skipped
+    (cross_entropy and cross_entropy_backward included)."""
 
     def __init__(self, module_name: str):
         self.name = module_name
