@@ -261,7 +261,9 @@ def _programs_wanted(device) -> int:
 
 class CEConfig:
     """block_r rows x block columns per iteration; each row's columns cut into n_chunks ranges of
-    chunk_cols (a multiple of block), one program each."""
+    chunk_cols (a multiple of block), one program each. Rows are split only when there are fewer
+    than ~4 programs per SM (e.g. 64 rows of 262,144: 4096 x 262,144 fills the GPU unsplit).
+    Environment knobs for tuning on the GPU: CE_KERNELS_MAX_TILE, CE_KERNELS_NUM_WARPS."""
 
     def __init__(self, n_rows: int, V: int, dtype: torch.dtype, device):
         tile = max_tile(dtype)
@@ -275,7 +277,8 @@ class CEConfig:
         per = triton.cdiv(tiles, chunks)
         self.chunk_cols = per * self.block
         self.n_chunks = triton.cdiv(V, self.chunk_cols)
-        self.num_warps = max(4, min(16, self.block_r * self.block // 512))
+        env = os.environ.get("CE_KERNELS_NUM_WARPS")  # a tuning knob for the GPU
+        self.num_warps = int(env) if env else max(4, min(16, self.block_r * self.block // 512))
 
     def grid(self, n_rows: int):
         return (triton.cdiv(n_rows, self.block_r), self.n_chunks)
