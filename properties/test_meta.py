@@ -267,3 +267,18 @@ def test_ce_reproducer_rebuilds_the_exact_tensors(data):
         r = scope[name]
         assert r.shape == t.shape and r.stride() == t.stride() and r.dtype == t.dtype, name
         assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
+
+
+def test_ce_reductions_agree_accepts_an_overflowing_sum():
+    """Two float16 rows of loss 40000: the float16 sum is inf while each row and the mean are
+    finite. The law must accept it (the float64 sum of the rows exceeds float16's range); a
+    version comparing the rows' float64 sum against the sum as the reference failed here."""
+    from .case import CECase
+    from .invariants import ce_reductions_agree
+    from .ops import Target
+    tg = Target("kernels")
+    tg.device = DEV
+    lg = S.Logits(2, 2, "float16", ("const", 0.0), ((-1, 1, 2, -40000.0),))
+    case = CECase("cross_entropy", torch.float16, S.Input(lg, (2,), S.Layout()), S.Targets((1, 1)), -100, "sum", 0.0)
+    assert bool(torch.isinf(kernels.cross_entropy(*case.tensors(DEV), **case.kwargs())))
+    ce_reductions_agree(case, tg)
