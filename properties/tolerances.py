@@ -174,7 +174,9 @@ def ce_grad_bound(dtype, p, x, lse_abs_err, lse, g0, scale, is_t, eps, V):
     d = torch.where(torch.isfinite(x), (x - lse[..., None]).abs(), 0.0)
 
     def ab(u, err_lse):
-        inner = (p * (d * u + err_lse[..., None] + 4 * u) + 3 * u * eps / V + u * is_t
+        # p = 0 (x - lse may even overflow in float64) is formed exactly: no p term there
+        pt = torch.where(p > 0, p * (d * u + err_lse[..., None] + 4 * u), 0.0)
+        inner = (pt + 3 * u * eps / V + u * is_t
                  + u * ((p - eps / V).abs() + g0.abs()) + 2 * u * g0.abs())
         return inner * scale.abs()[..., None]
     t = TABLE[dtype]
