@@ -48,7 +48,7 @@ for dt, blk, F64 in (("bf16", 8192, False), ("fp16", 8192, False), ("fp32", 4096
             for split in (False, True):
                 for br, bd in ((1, blk), (64, 128)):
                     s = {"X": f"*{dt}", "T": f"*{tdt}", "LOSS": f"*{ct}", "LSE": f"*{ct}", "PM": f"*{ct}", "PS": f"*{ct}",
-                         "PX": f"*{ct}", "PN": f"*{ct}", "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
+                         "PX": f"*{ct}", "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
                          "ignore_index": "i64", "n_chunks": "i32", "chunk_cols": "i32", "eps": "fp32", "inv_v": "fp32",
                          "F64": "constexpr", "SMOOTH": "constexpr", "SPLIT": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
                     c = {"F64": F64, "SMOOTH": smooth, "SPLIT": split, "BLOCK_R": br, "BLOCK": bd}
@@ -58,7 +58,7 @@ for dt, blk, F64 in (("bf16", 8192, False), ("fp16", 8192, False), ("fp32", 4096
                     except Exception as e:
                         print("ce fwd FAIL", dt, tdt, smooth, split, br, bd, str(e)[-1500:]); raise SystemExit(1)
             s = {"X": f"*{dt}", "T": f"*{tdt}", "LOSS": f"*{ct}", "LSE": f"*{ct}", "PM": f"*{ct}", "PS": f"*{ct}",
-                 "PX": f"*{ct}", "PN": f"*{ct}", "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
+                 "PX": f"*{ct}", "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
                  "ignore_index": "i64", "n_chunks": "i32", "eps": "fp32",
                  "F64": "constexpr", "SMOOTH": "constexpr", "BLOCK_R": "constexpr", "NC": "constexpr"}
             try:

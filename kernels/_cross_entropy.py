@@ -19,11 +19,12 @@ Kernels (design for memory bandwidth; model bytes 3 N V s for forward + backward
 
 * forward: one streaming pass per row over tiles of ``BLOCK`` columns (8192 for 16-bit dtypes on
   the GPU). Per tile: one max reduction, then lane-wise ``s = s * exp(m_old - m_new) + exp(x - m)``
-  (one exp per element, the sum reduced once per row), lane-wise sum of ``x / V`` for smoothing and
-  a lane-wise NaN flag. x[t] is one scalar load. Writes lse and the loss per row (float32, float64
+  (one exp per element, the sum reduced once per row; a NaN logit turns its lane of the sum NaN,
+  so no separate flag is carried) and the lane-wise sum of ``x / V`` for smoothing. x[t] is one
+  scalar load. Writes lse and the loss per row (float32, float64
   for float64 logits); the reduction over rows is a tiny torch op on N values.
   Few rows with many columns (fewer rows than ~4 programs per SM): each row is split into
-  ``n_chunks`` column ranges, one program each, whose partial (max, sum, sum x / V, NaN flag) a
+  ``n_chunks`` column ranges, one program each, whose partial (max, sum, sum x / V) a
   finish kernel merges with the log-sum-exp merge ``S = sum_c s_c exp(m_c - M)``.
 * backward: one read of x and one write of dx, given lse:
   ``dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale`` computed in float32 (float64 for
@@ -72,13 +73,14 @@ def _ce_params(eps, inv_v, EPS, F64: tl.constexpr):
 
 
 @triton.jit
-def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, has_nan, V, sxr, st, ignore_index, eps,
+def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, V, sxr, st, ignore_index, eps,
                SMOOTH: tl.constexpr):
-    """From a row's max M (NaN excluded), sum S of exp(x - M), mean SXV of x and NaN flag: store
-    lse (NaN when the row holds NaN or +inf, -inf when it holds only -inf) and the loss."""
+    """From a row's max M (NaN possibly excluded), sum S of exp(x - M) (NaN when the row holds a
+    NaN) and mean SXV of x: store lse (NaN when the row holds NaN or +inf, -inf when it holds only
+    -inf) and the loss."""
     fin = tl.abs(M) < float("inf")
     lse = tl.where(fin, tl.where(fin, M, 0.0) + tl.log(S), M)
-    lse = tl.where(has_nan | (M == float("inf")), float("nan"), lse)
+    lse = tl.where((S != S) | (M == float("inf")), float("nan"), lse)
     tl.store(LSE + rows, lse, mask=rmask)
     t = tl.load(T + rows * st, mask=rmask, other=0).to(tl.int64)
     ign = t == ignore_index
@@ -104,21 +106,21 @@ _NO_SPEC = ["n_rows", "ignore_index", "n_chunks"]
 
 
 @triton.jit
-def _fwd_tile(x, xs, m, s, sx, nan, inv_v, SMOOTH: tl.constexpr):
+def _fwd_tile(x, xs, m, s, sx, inv_v, SMOOTH: tl.constexpr):
     """One tile of the online (max, sum of exp) pass; masked lanes hold x = -inf, and xs (the
-    values summed for smoothing) 0 there."""
-    nan = nan | (x != x).to(tl.int32)
-    m_new = tl.maximum(m, tl.max(x, 1))  # NaN is tracked by the flag, not here
+    values summed for smoothing) 0 there. A NaN logit need not reach the max (tl.max may drop
+    it): exp(NaN - m) makes its lane of s NaN for good (NaN * alpha stays NaN), so S is NaN."""
+    m_new = tl.maximum(m, tl.max(x, 1))
     ms = tl.where(tl.abs(m_new) < float("inf"), m_new, 0.0)
     s = s * tl.exp(m - ms)[:, None] + tl.exp(x - ms[:, None])
     if SMOOTH:
         sx += xs * inv_v
-    return m_new, s, sx, nan
+    return m_new, s, sx
 
 
 @triton.jit(do_not_specialize=_NO_SPEC)
 def _ce_fwd_kernel(
-    X, T, LOSS, LSE, PM, PS, PX, PN, EPS,
+    X, T, LOSS, LSE, PM, PS, PX, EPS,
     n_rows, V, sxr, st, ignore_index, n_chunks, chunk_cols, eps, inv_v,
     F64: tl.constexpr, SMOOTH: tl.constexpr, SPLIT: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
@@ -133,37 +135,34 @@ def _ce_fwd_kernel(
     m = tl.full([BLOCK_R], float("-inf"), CT)
     s = tl.zeros([BLOCK_R, BLOCK], CT)
     sx = tl.zeros([BLOCK_R, BLOCK], CT)
-    nan = tl.zeros([BLOCK_R, BLOCK], tl.int32)
     cols0 = tl.arange(0, BLOCK)
     n_full = (hi - lo) // BLOCK
     # full tiles: the mask is constant along a row, so loads stay 16-byte vectors
     for k in range(0, n_full):
         start = tl.multiple_of(lo + k * BLOCK, BLOCK)
         x = tl.load(xrow[:, None] + (start + cols0)[None, :], mask=rmask[:, None], other=float("-inf")).to(CT)
-        m, s, sx, nan = _fwd_tile(x, x, m, s, sx, nan, inv_v, SMOOTH)
+        m, s, sx = _fwd_tile(x, x, m, s, sx, inv_v, SMOOTH)
     start = lo + n_full * BLOCK
     if start < hi:  # the ragged last tile
         cols = start + cols0
         msk = rmask[:, None] & (cols < hi)[None, :]
         x = tl.load(xrow[:, None] + cols[None, :], mask=msk, other=float("-inf")).to(CT)
-        m, s, sx, nan = _fwd_tile(x, tl.where(msk, x, 0.0), m, s, sx, nan, inv_v, SMOOTH)
+        m, s, sx = _fwd_tile(x, tl.where(msk, x, 0.0), m, s, sx, inv_v, SMOOTH)
     # rows whose max is +-inf: the terms above may be NaN or 0; _ce_finish overrides them
-    S = tl.sum(s, 1)
+    S = tl.sum(s, 1)  # NaN exactly when the row (chunk) holds a NaN logit
     SXV = tl.sum(tl.where(rmask[:, None], sx, 0.0), 1)
-    has_nan = tl.max(nan, 1) > 0
     if SPLIT:
         poff = rows * n_chunks + tl.program_id(1)
         tl.store(PM + poff, m, mask=rmask)
         tl.store(PS + poff, S, mask=rmask)
         tl.store(PX + poff, SXV, mask=rmask)
-        tl.store(PN + poff, has_nan.to(CT), mask=rmask)
     else:
-        _ce_finish(X, T, LOSS, LSE, rows, rmask, m, S, SXV, has_nan, V, sxr, st, ignore_index, eps, SMOOTH)
+        _ce_finish(X, T, LOSS, LSE, rows, rmask, m, S, SXV, V, sxr, st, ignore_index, eps, SMOOTH)
 
 
 @triton.jit(do_not_specialize=_NO_SPEC)
 def _ce_merge_kernel(
-    X, T, LOSS, LSE, PM, PS, PX, PN, EPS,
+    X, T, LOSS, LSE, PM, PS, PX, EPS,
     n_rows, V, sxr, st, ignore_index, n_chunks, eps,
     F64: tl.constexpr, SMOOTH: tl.constexpr, BLOCK_R: tl.constexpr, NC: tl.constexpr,
 ):
@@ -178,11 +177,11 @@ def _ce_merge_kernel(
     sc = tl.load(PS + poff, mask=pmask, other=0.0)
     M = tl.max(mc, 1)
     Ms = tl.where(tl.abs(M) < float("inf"), M, 0.0)
-    w = tl.where(mc == float("-inf"), 0.0, sc * tl.exp(mc - Ms[:, None]))
+    # a chunk of -inf (and NaN) has m_c = -inf and s_c = 0 (NaN): it adds s_c * 0 (NaN stays)
+    w = tl.where(mc == float("-inf"), sc * 0.0, sc * tl.exp(mc - Ms[:, None]))
     S = tl.sum(w, 1)
     SXV = tl.sum(tl.load(PX + poff, mask=pmask, other=0.0), 1)
-    has_nan = tl.max(tl.load(PN + poff, mask=pmask, other=0.0), 1) > 0
-    _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, has_nan, V, sxr, st, ignore_index, eps, SMOOTH)
+    _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, V, sxr, st, ignore_index, eps, SMOOTH)
 
 
 @triton.jit
@@ -387,11 +386,11 @@ def forward_rows(logits, target, ignore_index: int, label_smoothing: float):
     L.note_variant("ce_fwd", dtype=str(logits.dtype), SMOOTH=smooth, SPLIT=split, BLOCK_R=cfg.block_r, BLOCK=cfg.block)
     if split:
         pm = torch.empty((N, cfg.n_chunks), dtype=ct, device=x.device)
-        ps, px, pn = torch.empty_like(pm), torch.empty_like(pm), torch.empty_like(pm)
+        ps, px = torch.empty_like(pm), torch.empty_like(pm)
     else:
-        pm = ps = px = pn = loss
+        pm = ps = px = loss
     _ce_fwd_kernel[cfg.grid(N)](
-        x, t, loss, lse, pm, ps, px, pn, EPS,
+        x, t, loss, lse, pm, ps, px, EPS,
         N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v,
         F64=f64, SMOOTH=smooth, SPLIT=split, BLOCK_R=cfg.block_r, BLOCK=cfg.block, num_warps=cfg.num_warps)
     if split:
@@ -399,7 +398,7 @@ def forward_rows(logits, target, ignore_index: int, label_smoothing: float):
         br = max(1, min(64, 1024 // nc))
         L.note_variant("ce_merge", dtype=str(logits.dtype), SMOOTH=smooth, NC=nc, BLOCK_R=br)
         _ce_merge_kernel[(triton.cdiv(N, br),)](
-            x, t, loss, lse, pm, ps, px, pn, EPS,
+            x, t, loss, lse, pm, ps, px, EPS,
             N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, eps,
             F64=f64, SMOOTH=smooth, BLOCK_R=br, NC=nc, num_warps=4)
     return loss, lse
