@@ -168,8 +168,9 @@ class CECase:
         lines = ["import torch", f"import {target_name} as target", "inf, nan = float(\"inf\"), float(\"nan\")"]
         lines.append(values_code(self.logits.values(), self.logits))
         lines.append(self.logits.layout.code("logits"))
-        lines.append(self.targets.code("target", self.batch))
-        args = "logits, target"
+        # the class indices are `labels` here: `target` is the module under test
+        lines.append(self.targets.code("labels", self.batch))
+        args = "logits, labels"
         if self.dloss is not None:
             lines.append(self.dloss.code("dloss", self.loss_shape, self.dtype_name))
             args += ", dloss"

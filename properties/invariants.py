@@ -654,8 +654,8 @@ def ce_loss_is_lse_minus_target_logit(case, target):
     rhs = torch.where(rows, rhs, loss)  # other rows: ce_matches_oracle's business
     assert_close("ce_loss_is_lse_minus_target_logit", case, target, loss, rhs, tol,
                  "loss != logsumexp(x) - x[target]",
-                 f"out = target.{CE_FWD}(logits, target, ignore_index={case.ignore_index}, reduction='none')"
-                 f"  # vs target.logsumexp(logits) - logits.gather(-1, target[..., None])")
+                 f"out = target.{CE_FWD}(logits, labels, ignore_index={case.ignore_index}, reduction='none')"
+                 f"  # vs target.logsumexp(logits) - logits.gather(-1, labels[..., None])")
 
 
 @invariant(CE_FWD)
@@ -673,7 +673,7 @@ def ce_reductions_agree(case, target):
     _, ts = ce_truth(case, [x, t], reduction="sum")
     _, tm = ce_truth(case, [x, t], reduction="mean")
     count = int((t != case.ignore_index).sum())
-    call = f"out = [target.{CE_FWD}(logits, target, reduction=r) for r in ('none', 'sum', 'mean')]"
+    call = f"out = [target.{CE_FWD}(logits, labels, reduction=r) for r in ('none', 'sum', 'mean')]"
     # the sum is the output held to the others (formed in float64), so a sum that overflows the
     # dtype where the float64 sum of the rows exceeds its range is accepted as infinity
     assert_close("ce_reductions_agree", case, target, total, none.sum(), ts + tn.sum(), "sum != sum of reduction='none'", call)
@@ -746,7 +746,7 @@ def ce_gradient_linear_in_dloss(case, target):
     expanded (stride-0) dloss gives bitwise the result of its contiguous copy."""
     x, t, dl = case.tensors(target.device)
     a = ce_run(case, target, x, t, dl)
-    call = "out = target.{op}(logits, target, {arg}, ...)  # vs {vs}"
+    call = "out = target.{op}(logits, labels, {arg}, ...)  # vs {vs}"
     c = ce_run(case, target, x, t, dl.contiguous())
     assert_bitwise("ce_gradient_linear_in_dloss", case, target, c, a, "dloss's layout changed the gradient",
                    call=call.format(op=CE_BWD, arg="dloss.contiguous()", vs="dloss as laid out"))
@@ -759,7 +759,7 @@ def ce_gradient_linear_in_dloss(case, target):
         if not bool(same.all()):
             i = worst(~same, (b - want).abs())
             fail("ce_gradient_linear_in_dloss", case, target, f"dx({f} * dloss) != {f} * dx(dloss)", i, want[i], b[i],
-                 call=call.format(op=CE_BWD, arg=f"{f} * dloss", vs=f"{f} * target.{CE_BWD}(logits, target, dloss)"))
+                 call=call.format(op=CE_BWD, arg=f"{f} * dloss", vs=f"{f} * target.{CE_BWD}(logits, labels, dloss)"))
 
 
 @invariant(*CE, families=("grid",))

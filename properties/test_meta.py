@@ -259,11 +259,13 @@ def test_ce_never_modifies_logits_under_autograd():
 @settings(max_examples=25)
 @given(st.data())
 def test_ce_reproducer_rebuilds_the_exact_tensors(data):
-    """A CECase's reproducer, executed, yields bitwise its logits, target and dloss (strides too)."""
+    """A CECase's reproducer, executed as printed (calling the kernels), yields bitwise its logits,
+    class indices (``labels``: ``target`` is the module) and dloss, strides too, and an output."""
     case = data.draw(S.ce_cases(data.draw(st.sampled_from(S.CE_OPS))))
     scope = {}
-    exec(case.reproducer("kernels", call="out = None"), scope)
-    for name, t in zip(("logits", "target", "dloss"), case.tensors()):
+    exec(case.reproducer("kernels"), scope)
+    assert isinstance(scope["out"], torch.Tensor)
+    for name, t in zip(("logits", "labels", "dloss"), case.tensors()):
         r = scope[name]
         assert r.shape == t.shape and r.stride() == t.stride() and r.dtype == t.dtype, name
         assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
