@@ -62,3 +62,44 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
             print("softmax_merge ok", dt, BR, BD)
         except Exception as e:
             print("softmax_merge FAIL", dt, BR, BD, str(e)[-1500:]); raise SystemExit(1)
+# cross-entropy: forward (whole-row and split), merge and backward, 16-bit / fp32 / fp64, with and
+# without label smoothing, at the GPU tile sizes (8192 / 4096 / 2048 columns) and a small-V 2-D tile
+from kernels import _cross_entropy as CE
+for dt, blk, F64 in (("bf16", 8192, False), ("fp16", 8192, False), ("fp32", 4096, False), ("fp64", 2048, True)):
+    ct = "fp64" if F64 else "fp32"
+    for tdt in ("i64", "i32"):
+        for smooth in (False, True):
+            for split in (False, True):
+                for br, bd in ((1, blk), (64, 128)):
+                    s = {"X": f"*{dt}", "T": f"*{tdt}", "LOSS": f"*{ct}", "LSE": f"*{ct}", "PM": f"*{ct}", "PS": f"*{ct}",
+                         "PX": f"*{ct}", "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
+                         "ignore_index": "i64", "n_chunks": "i32", "chunk_cols": "i32", "eps": "fp32", "inv_v": "fp32",
+                         "F64": "constexpr", "SMOOTH": "constexpr", "SPLIT": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
+                    c = {"F64": F64, "SMOOTH": smooth, "SPLIT": split, "BLOCK_R": br, "BLOCK": bd}
+                    try:
+                        triton.compile(ASTSource(CE._ce_fwd_kernel, s, c), target=tgt, options={"num_warps": 16 if br * bd >= 8192 else 8})
+                        print("ce fwd ok", dt, tdt, smooth, split, br, bd)
+                    except Exception as e:
+                        print("ce fwd FAIL", dt, tdt, smooth, split, br, bd, str(e)[-1500:]); raise SystemExit(1)
+            s = {"X": f"*{dt}", "T": f"*{tdt}", "LOSS": f"*{ct}", "LSE": f"*{ct}", "PM": f"*{ct}", "PS": f"*{ct}",
+                 "PX": f"*{ct}", "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
+                 "ignore_index": "i64", "n_chunks": "i32", "eps": "fp32",
+                 "F64": "constexpr", "SMOOTH": "constexpr", "BLOCK_R": "constexpr", "NC": "constexpr"}
+            try:
+                triton.compile(ASTSource(CE._ce_merge_kernel, s, {"F64": F64, "SMOOTH": smooth, "BLOCK_R": 64, "NC": 16}),
+                               target=tgt, options={"num_warps": 4})
+                print("ce merge ok", dt, tdt, smooth)
+            except Exception as e:
+                print("ce merge FAIL", dt, tdt, smooth, str(e)[-1500:]); raise SystemExit(1)
+            for sdt in ("fp32", "bf16"):
+                for br, bd in ((1, blk), (64, 128)):
+                    s = {"X": f"*{dt}", "T": f"*{tdt}", "LSE": f"*{ct}", "SC": f"*{sdt if not F64 else 'fp64'}", "DX": f"*{dt}",
+                         "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64", "ss": "i64", "sdr": "i64",
+                         "ignore_index": "i64", "n_chunks": "i32", "chunk_cols": "i32", "eps": "fp32", "inv_v": "fp32",
+                         "F64": "constexpr", "SMOOTH": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
+                    c = {"F64": F64, "SMOOTH": smooth, "BLOCK_R": br, "BLOCK": bd}
+                    try:
+                        triton.compile(ASTSource(CE._ce_bwd_kernel, s, c), target=tgt, options={"num_warps": 16 if br * bd >= 8192 else 8})
+                        print("ce bwd ok", dt, tdt, smooth, sdt, br, bd)
+                    except Exception as e:
+                        print("ce bwd FAIL", dt, tdt, smooth, sdt, br, bd, str(e)[-1500:]); raise SystemExit(1)

@@ -13,6 +13,8 @@ from . import _softmax as _k
 from .library import log_softmax_op, logsumexp_op, softmax_op
 from ._softmax import log_softmax_backward, softmax_backward
 from ._merge import attention_merge, softmax_merge
+from . import _cross_entropy as _ce
+from .library import cross_entropy_backward_op, cross_entropy_op
 
 SUITE_REFUSALS = ()  # the project's kernels refuse no valid input: any exception is a failure
 
@@ -31,7 +33,28 @@ softmax = _validated(softmax_op, "softmax")
 log_softmax = _validated(log_softmax_op, "log_softmax")
 logsumexp = _validated(logsumexp_op, "logsumexp")
 
+
+
+def cross_entropy(logits, target, *, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0):
+    """torch.nn.functional.cross_entropy with class-index targets: logits (..., V) of a float
+    dtype, target (...) int32/int64. Returns the loss in logits' dtype: shape () for "mean"/"sum",
+    target's shape for "none". Differentiable (torch.library op, works under torch.compile).
+    See kernels/_cross_entropy.py for the semantics, including the edge rows."""
+    _ce.check_args(logits, target, ignore_index, reduction, label_smoothing, "cross_entropy")
+    return cross_entropy_op(logits, target, ignore_index, reduction, float(label_smoothing))[0]
+
+
+def cross_entropy_backward(logits, target, dloss, *, ignore_index: int = -100, reduction: str = "mean",
+                           label_smoothing: float = 0.0, lse=None):
+    """d loss / d logits times dloss (shape () for "mean"/"sum", target's shape for "none"; any
+    float dtype and strides, stride 0 included). Returns logits' dtype and shape. ``lse``: the
+    per-row logsumexp a forward computed (skips recomputing it: then one read and one write)."""
+    return _ce.backward(logits, target, dloss, lse, ignore_index, reduction, label_smoothing)
+
+
 __all__ = [
+    "cross_entropy", "cross_entropy_backward",
     "softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "logsumexp",
     "softmax_merge", "attention_merge",
     "block_boundaries", "compiled_kernel_count", "interpreting", "max_block", "SUITE_REFUSALS",

@@ -76,3 +76,51 @@ def _logsumexp_bwd(ctx, grad):
 softmax_op.register_autograd(_softmax_bwd, setup_context=_save_out)
 log_softmax_op.register_autograd(_log_softmax_bwd, setup_context=_save_out)
 logsumexp_op.register_autograd(_logsumexp_bwd, setup_context=_save_in)
+
+
+# ----------------------------------------------------------------------------------------------
+# cross-entropy: the forward returns (loss, lse); the backward is a custom op too, so that the
+# traced backward graph under torch.compile holds an opaque call rather than the Triton launch
+# ----------------------------------------------------------------------------------------------
+from . import _cross_entropy as _ce  # noqa: E402
+
+
+@torch.library.custom_op(f"{_NS}::cross_entropy", mutates_args=())
+def cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str,
+                     label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return _ce.forward(logits, target, ignore_index, reduction, label_smoothing)
+
+
+@cross_entropy_op.register_fake
+def _(logits, target, ignore_index, reduction, label_smoothing):
+    shape = target.shape if reduction == "none" else ()
+    ct = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    return (torch.empty(shape, dtype=logits.dtype, device=logits.device),
+            torch.empty((target.numel(),), dtype=ct, device=logits.device))
+
+
+@torch.library.custom_op(f"{_NS}::cross_entropy_backward", mutates_args=())
+def cross_entropy_backward_op(logits: torch.Tensor, target: torch.Tensor, dloss: torch.Tensor, lse: torch.Tensor,
+                              ignore_index: int, reduction: str, label_smoothing: float) -> torch.Tensor:
+    return _ce.backward(logits, target, dloss, lse, ignore_index, reduction, label_smoothing)
+
+
+@cross_entropy_backward_op.register_fake
+def _(logits, target, dloss, lse, ignore_index, reduction, label_smoothing):
+    return torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
+
+
+def _ce_setup(ctx, inputs, output):
+    logits, target, ignore_index, reduction, label_smoothing = inputs
+    ctx.save_for_backward(logits, target, output[1])
+    ctx.opts = (ignore_index, reduction, label_smoothing)
+    ctx.mark_non_differentiable(output[1])
+
+
+def _ce_bwd(ctx, dloss, dlse):
+    logits, target, lse = ctx.saved_tensors
+    g = cross_entropy_backward_op(logits.detach(), target, dloss.detach(), lse, *ctx.opts)
+    return g, None, None, None, None
+
+
+cross_entropy_op.register_autograd(_ce_bwd, setup_context=_ce_setup)

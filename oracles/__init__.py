@@ -4,11 +4,13 @@ from .reference import (
     fd_grad, log_softmax, log_softmax_backward, logsumexp, row_stats, softmax, softmax_backward,
 )
 from .mp import mp_log_softmax, mp_logsumexp, mp_softmax
-from .semantics import MERGE_SEMANTICS, SEMANTICS
+from .semantics import CE_SEMANTICS, MERGE_SEMANTICS, SEMANTICS
 from .merge import attention, attention_abs, attention_merge, merge_weights, softmax_merge
+from . import cross_entropy as ce
 
 __all__ = [
     "softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward", "row_stats",
     "fd_grad", "mp_softmax", "mp_log_softmax", "mp_logsumexp", "SEMANTICS",
     "MERGE_SEMANTICS", "softmax_merge", "attention_merge", "attention", "attention_abs", "merge_weights",
+    "ce", "CE_SEMANTICS",
 ]

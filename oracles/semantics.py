@@ -63,3 +63,38 @@ MERGE_SEMANTICS = [
     ("a far smaller lse weighs 0",             0.0,        [1.0],   -1000.0,  [1.0],   [1.0, 0.0],      [1.0],   0.0),
     ("zero-width empty chunk",                 -inf,       [],      0.5,      [1.0],   [1.0],           None,    0.5),
 ]
+
+
+# ----------------------------------------------------------------------------------------------
+# cross-entropy (class-index targets; torch.nn.functional.cross_entropy in float64 is the
+# reference for meaning). Each entry: (what, logits, target, label_smoothing, reduction, loss,
+# grad, torch_grad). grad is d(loss)/d(logits) for dloss = 1 (ones for "none"); torch_grad is
+# None where torch agrees, else what torch gives (the one deliberate difference: an ignored row
+# holding NaN/inf logits gets an exactly zero gradient here, NaN in torch, whose log_softmax
+# backward forms 0 * NaN). Default ignore_index -100.
+# ----------------------------------------------------------------------------------------------
+_L2 = math.log(2)
+_P = 1 / (1 + math.e)  # softmax([0, 1])[0]
+
+CE_SEMANTICS = [
+    # what                                         logits                 target    eps   red     loss             grad                                  torch_grad
+    ("ordinary row",                               [[0.0, 1.0]],          [1],      0.0,  "none", [math.log1p(math.exp(-1))], [[_P, -_P]],     None),
+    ("uniform row, smoothing",                     [[0.0, 0.0]],          [0],      0.5,  "none", [_L2],           [[-0.25, 0.25]],                        None),
+    ("-inf non-target logit: finite loss",         [[0.0, -inf]],         [0],      0.0,  "none", [0.0],           [[0.0, 0.0]],                          None),
+    ("-inf target logit: loss +inf",               [[0.0, -inf]],         [1],      0.0,  "none", [inf],           [[1.0, -1.0]],                         None),
+    ("-inf non-target logit with smoothing: +inf", [[0.0, -inf]],         [0],      0.1,  "none", [inf],           [[0.05, -0.05]],                       None),
+    ("-inf target logit, eps = 1: 0 * inf = NaN",  [[0.0, -inf]],         [1],      1.0,  "none", [nan],           [[0.5, -0.5]],                         None),
+    ("all -inf row: NaN",                          [[-inf, -inf]],        [0],      0.0,  "none", [nan],           [[nan, nan]],                          None),
+    ("all -inf row with smoothing: NaN",           [[-inf, -inf]],        [0],      0.1,  "none", [nan],           [[nan, nan]],                          None),
+    ("a NaN logit poisons the row",                [[nan, 0.0]],          [1],      0.0,  "none", [nan],           [[nan, nan]],                          None),
+    ("a +inf logit poisons the row",               [[inf, 0.0]],          [1],      0.0,  "none", [nan],           [[nan, nan]],                          None),
+    ("+inf target logit: NaN",                     [[inf, 0.0]],          [0],      0.3,  "none", [nan],           [[nan, nan]],                          None),
+    ("huge finite logits do not overflow",         [[3e38, -3e38]],       [0],      1.0,  "none", [3e38],          [[0.5, -0.5]],                         None),
+    ("ignored row: loss 0, gradient 0",            [[0.0, 1.0], [0.0, 1.0]], [-100, 1], 0.0, "none", [0.0, math.log1p(math.exp(-1))], [[0.0, 0.0], [_P, -_P]], None),
+    ("ignored row does not count in the mean",     [[5.0, 1.0], [0.0, 1.0]], [-100, 1], 0.0, "mean", math.log1p(math.exp(-1)), [[0.0, 0.0], [_P, -_P]], None),
+    ("ignored NaN row: loss 0, gradient 0",        [[nan, 1.0], [0.0, 1.0]], [-100, 1], 0.0, "sum", math.log1p(math.exp(-1)), [[0.0, 0.0], [_P, -_P]], [[nan, nan], [_P, -_P]]),
+    ("all-ignored batch, mean: NaN (0 / 0)",       [[0.0, 1.0]],          [-100],   0.1,  "mean", nan,             [[0.0, 0.0]],                          None),
+    ("all-ignored batch, sum: 0",                  [[0.0, 1.0]],          [-100],   0.0,  "sum",  0.0,             [[0.0, 0.0]],                          None),
+    ("empty batch, mean: NaN",                     [[], [], []][:0],      [],       0.0,  "mean", nan,             [],                                    None),
+    ("empty batch, sum: 0",                        [[], [], []][:0],      [],       0.0,  "sum",  0.0,             [],                                    None),
+]

@@ -801,3 +801,320 @@ def merge_row_independence(case, target):
             fail("merge_row_independence", case, target, f"row 0 of {nm} changed when the other rows changed", j,
                  a0[j], b0[j], out_name=f"{nm}[0]",
                  call="\n".join(tree_code(case.tree, case.op) + ["# vs the same with rows 1.. of every state replaced by nan/inf/-inf/max"]))
+# cross-entropy (ops "cross_entropy" and "cross_entropy_backward", drawn as CECase: logits,
+# class-index targets, options, and for the backward the cotangent dloss). Every target call
+# passes the case's keyword options (ignore_index, reduction, label_smoothing).
+# ==============================================================================================
+CE_FWD, CE_BWD = "cross_entropy", "cross_entropy_backward"
+CE = (CE_FWD, CE_BWD)
+
+
+def ce_run(case, target, *tensors, **overrides):
+    return run(target, case.op, *tensors, **{**case.kwargs(), **overrides})
+
+
+def ce_truth(case, args, reduction=None, label_smoothing=None):
+    """(reference, tolerance) in float64 for a CECase at the given (laid-out) tensors; the
+    reduction and smoothing may be overridden (the forward only)."""
+    x, t = args[0], args[1]
+    red = case.reduction if reduction is None else reduction
+    eps = case.label_smoothing if label_smoothing is None else label_smoothing
+    ign_idx = case.ignore_index
+    x64 = x.detach().double()
+    V = x64.shape[-1]
+    dep = T.depth(V)
+    m, fin, d, e, s = oracles.row_stats(x64)
+    y = torch.where(fin[..., None], e / s[..., None], 0.0)
+    H = torch.where(y > 0, y * d.abs(), 0.0).sum(-1)
+    logs = torch.where(fin, torch.log(s), 0.0)
+    lse = torch.where(fin, m + logs, 0.0)
+    ign = t == ign_idx
+    tc = torch.where(ign, 0, t).clamp(0, V - 1).long()
+    if case.op == CE_FWD:
+        xt = torch.gather(x64, -1, tc[..., None])[..., 0]
+        xt = torch.where(torch.isfinite(xt), xt, 0.0)
+        mean_abs = torch.where(torch.isfinite(x64), x64.abs(), 0.0).mean(-1)
+        rows = oracles.ce.loss_rows(x64, t, ign_idx, eps)
+        row_eps = T.ce_loss_bound(case.dtype, lse, H, dep, logs, xt, mean_abs,
+                                  torch.where(torch.isfinite(rows), rows, 0.0), eps)
+        row_eps = torch.where(ign, 0.0, row_eps)
+        ref = oracles.ce.cross_entropy(x64, t, ign_idx, red, eps)
+        count = (~ign).sum()
+        rows_abs = torch.where(torch.isfinite(rows), rows.abs(), 0.0)
+        eps_out = T.ce_reduced_bound(row_eps, rows_abs, x64[..., 0].numel(), count, red)
+        return ref, T.total_tolerance(eps_out, ref, case.dtype, case.dtype)
+    dl = args[2]
+    ref = oracles.ce.cross_entropy_backward(x64, t, dl, ign_idx, red, eps)
+    scale = oracles.ce.grad_scale(t, dl, ign_idx, red)
+    hot = torch.zeros_like(y).scatter_(-1, tc[..., None], 1.0)
+    g0 = y - (1 - eps) * hot - eps / V
+    lse_err = tuple(T.ce_lse_error(u, lse, H, dep, logs) for u in (T.TABLE[case.dtype].u_c, T.U_ORACLE))
+    eps_g = T.ce_grad_bound(case.dtype, y, x64, lse_err, lse, g0, scale, hot, eps, V)
+    eps_g = torch.where(ign[..., None], 0.0, eps_g)
+    return ref, T.total_tolerance(eps_g, ref, case.dtype, case.dtype)
+
+
+def _ce_record(case, out, ref, tol):
+    fin = torch.isfinite(ref) & torch.isfinite(out.double())
+    if bool(fin.any()):
+        err = (out.double() - ref).abs()[fin]
+        frac = (err / tol[fin].clamp_min(1e-300)).max().item()
+        ulps = (err / T.ulp(ref[fin], case.dtype)).max().item()
+        key = (case.op, str(case.dtype).replace("torch.", ""))
+        old = WORST_ULP.get(key, (0.0, 0.0))
+        WORST_ULP[key] = (max(old[0], frac), max(old[1], ulps))
+        try:
+            hypothesis.target(frac, label=f"bound used {key[0]} {key[1]}")
+        except hypothesis.errors.InvalidArgument:
+            pass
+
+
+def _ce_shape(name, case, target, out, want_shape):
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want_shape) or out.dtype != case.dtype:
+        got = (tuple(out.shape), out.dtype) if isinstance(out, torch.Tensor) else type(out)
+        fail(name, case, target, f"expected shape {tuple(want_shape)} and dtype {case.dtype}; got {got}")
+
+
+@invariant(*CE)
+def ce_matches_oracle(case, target):
+    """The loss (every reduction, label smoothing, ignored rows) and the gradient (times dloss,
+    strided or expanded) equal the FP64 oracle (oracles/cross_entropy.py) at the same rounded
+    inputs within the derived bounds (tolerances.ce_loss_bound, ce_reduced_bound, ce_grad_bound);
+    NaN exactly where the oracle has NaN, infinities exactly. Output dtype is the logits' dtype,
+    shape the loss's (forward) or the logits' (backward)."""
+    args = case.tensors(target.device)
+    out = ce_run(case, target, *args)
+    ref, tol = ce_truth(case, args)
+    _ce_shape("ce_matches_oracle", case, target, out, ref.shape)
+    if getattr(target, "record", True):
+        _ce_record(case, out, ref, tol)
+    assert_close("ce_matches_oracle", case, target, out, ref, tol, "differs from the FP64 oracle")
+
+
+@invariant(CE_FWD)
+def ce_loss_nonnegative(case, target):
+    """loss >= 0 exactly (NaN aside): every term is a difference lse - x_j with lse >= max x >= x_j,
+    and rounding is monotone, so a correctly formed loss cannot round below 0."""
+    args = case.tensors(target.device)
+    out = ce_run(case, target, *args).double()
+    bad = out < 0
+    if bool(bad.any()):
+        i = worst(bad, -out)
+        fail("ce_loss_nonnegative", case, target, "negative loss", i, 0.0, out[i])
+
+
+@invariant(CE_FWD)
+def ce_loss_is_lse_minus_target_logit(case, target):
+    """Without smoothing, loss_i = logsumexp(x_i) - x_i[t_i] (reduction="none"), with logsumexp
+    the target's own when it has one (else the FP64 oracle). Bound: tol(cross_entropy) +
+    tol(logsumexp) (both against the same FP64 truth) + one rounding of the difference, on rows
+    that are counted and whose logits are finite."""
+    x, t = case.tensors(target.device)
+    assume(x[..., 0].numel() >= 1)
+    loss = ce_run(case, target, x, t, reduction="none", label_smoothing=0.0).double()
+    lse = run(target, "logsumexp", x).double() if target.has("logsumexp") else oracles.logsumexp(x)
+    ign = t == case.ignore_index
+    tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
+    xt = torch.gather(x.double(), -1, tc[..., None])[..., 0]
+    rhs = lse - xt
+    _, tol_ce = ce_truth(case, [x, t], reduction="none", label_smoothing=0.0)
+    _, tol_lse = truth("logsumexp", case.dtype, [x])
+    tol = tol_ce + tol_lse + T.ulp(rhs.abs(), case.dtype)
+    rows = ~ign & finite_rows(x)
+    assume(bool(rows.any()))
+    rhs = torch.where(rows, rhs, loss)  # other rows: ce_matches_oracle's business
+    assert_close("ce_loss_is_lse_minus_target_logit", case, target, loss, rhs, tol,
+                 "loss != logsumexp(x) - x[target]",
+                 f"out = target.{CE_FWD}(logits, labels, ignore_index={case.ignore_index}, reduction='none')"
+                 f"  # vs target.logsumexp(logits) - logits.gather(-1, labels[..., None])")
+
+
+@invariant(CE_FWD)
+def ce_reductions_agree(case, target):
+    """mean * (number of counted rows) == sum == sum of reduction="none", each output within its
+    oracle bound, so: |sum - sum(none)| <= tol(sum) + sum tol(none) and |mean * count - sum| <=
+    count tol(mean) + tol(sum) (+ 2**-52 |sum| for forming mean * count in float64). With no
+    counted row, mean is NaN (0 / 0) and sum is 0."""
+    x, t = case.tensors(target.device)
+    kw = dict(label_smoothing=case.label_smoothing)
+    none = ce_run(case, target, x, t, reduction="none", **kw).double()
+    total = ce_run(case, target, x, t, reduction="sum", **kw).double()
+    mean = ce_run(case, target, x, t, reduction="mean", **kw).double()
+    _, tn = ce_truth(case, [x, t], reduction="none")
+    _, ts = ce_truth(case, [x, t], reduction="sum")
+    _, tm = ce_truth(case, [x, t], reduction="mean")
+    count = int((t != case.ignore_index).sum())
+    call = f"out = [target.{CE_FWD}(logits, labels, reduction=r) for r in ('none', 'sum', 'mean')]"
+    # the sum is the output held to the others (formed in float64), so a sum that overflows the
+    # dtype where the float64 sum of the rows exceeds its range is accepted as infinity
+    assert_close("ce_reductions_agree", case, target, total, none.sum(), ts + tn.sum(), "sum != sum of reduction='none'", call)
+    if count == 0:
+        if not bool(torch.isnan(mean)):
+            fail("ce_reductions_agree", case, target, "mean over no counted rows is not NaN", (), math.nan, mean, call=call)
+        return
+    mc = mean * count
+    assert_close("ce_reductions_agree", case, target, total, mc, count * tm + ts + 2.0**-52 * torch.nan_to_num(mc.abs()),
+                 f"sum != mean * count ({count})", call)
+
+
+@invariant(CE_BWD)
+def ce_gradient_rows_sum_to_zero(case, target):
+    """Each gradient row sums to 0: sum_j (p_j - (1 - eps)[j = t] - eps/V) = 1 - (1 - eps) - eps.
+    Bound: sum_j tol_j (each element within its oracle bound) + (V + 2) 2**-53 sum_j |ref_j| (the
+    oracle's own row sum). Rows with a non-finite reference are matches_oracle's business."""
+    args = case.tensors(target.device)
+    dx = ce_run(case, target, *args).double()
+    ref, tol = ce_truth(case, args)
+    V = ref.shape[-1]
+    rows = torch.isfinite(ref).all(-1)
+    total = dx.sum(-1)
+    bound = tol.sum(-1) + (V + 2) * 2.0**-53 * ref.abs().sum(-1)
+    bad = rows & ~(total.abs() <= bound)
+    if bool(bad.any()):
+        i = worst(bad, total.abs() / bound)
+        fail("ce_gradient_rows_sum_to_zero", case, target, "gradient row does not sum to 0", i, 0.0, total[i], bound[i])
+
+
+@invariant(*CE)
+def ce_ignored_rows_do_not_count(case, target):
+    """Rows whose target is ignore_index do not take part: overwriting their logits with NaN, +-inf
+    and the largest finite value leaves the output bitwise unchanged (loss, every reduction; the
+    gradient), and their gradient rows are exactly zero. Both calls get contiguous logits (so
+    only the ignored rows' values differ, not the memory layout)."""
+    args = case.tensors(target.device)
+    x, t = args[0].contiguous(), args[1]
+    args = [x] + list(args[1:])
+    ign = t == case.ignore_index
+    assume(bool(ign.any()))
+    a = ce_run(case, target, *args)
+    junk = [math.nan, math.inf, -math.inf, torch.finfo(case.dtype).max]
+    p = x.clone()
+    flat, fi = p.reshape(-1, p.shape[-1]), ign.reshape(-1)
+    for k, r in enumerate(fi.nonzero()[:, 0].tolist()):
+        flat[r] = junk[k % len(junk)]
+    b = ce_run(case, target, p, *args[1:])
+    assert_bitwise("ce_ignored_rows_do_not_count", case, target, b, a, "ignored rows' logits changed the output",
+                   call=f"out = target.{case.op}(...)  # logits of ignored rows replaced by nan/inf/-inf/max")
+    if case.op == CE_BWD:
+        bad = ign[..., None].expand(a.shape) & (a != 0)
+        if bool(bad.any()):
+            i = worst(bad, a.double().abs())
+            fail("ce_ignored_rows_do_not_count", case, target, "an ignored row has a nonzero gradient", i, 0.0, a[i])
+
+
+def _same_layout(t: torch.Tensor, factor: float) -> torch.Tensor:
+    """factor * t with t's strides and storage offset (gaps of a strided view scaled too)."""
+    base = t._base if t._base is not None else t
+    return (base * factor).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+@invariant(CE_BWD)
+def ce_gradient_linear_in_dloss(case, target):
+    """The gradient is linear in dloss and depends on its values only: dx(4 dloss) == 4 dx(dloss)
+    and dx(-dloss) == -dx(dloss) bitwise (scaling by a power of two or by -1 is exact in binary
+    floating point, so a kernel forming (softmax - onehot) * scale obeys it exactly; elements
+    whose unscaled value is subnormal or zero, or whose scaled value overflows, are excluded), and a strided or
+    expanded (stride-0) dloss gives bitwise the result of its contiguous copy."""
+    x, t, dl = case.tensors(target.device)
+    a = ce_run(case, target, x, t, dl)
+    call = "out = target.{op}(logits, labels, {arg}, ...)  # vs {vs}"
+    c = ce_run(case, target, x, t, dl.contiguous())
+    assert_bitwise("ce_gradient_linear_in_dloss", case, target, c, a, "dloss's layout changed the gradient",
+                   call=call.format(op=CE_BWD, arg="dloss.contiguous()", vs="dloss as laid out"))
+    tiny, big = torch.finfo(case.dtype).tiny, torch.finfo(case.dtype).max
+    for f in (4.0, -1.0):
+        b = ce_run(case, target, x, t, _same_layout(dl, f)).double()
+        want = a.double() * f
+        exact = (a.double().abs() >= tiny) & (want.abs() <= big)  # a normal, the scaled value finite
+        same = (b == want) | (torch.isnan(b) & torch.isnan(want)) | ~exact
+        if not bool(same.all()):
+            i = worst(~same, (b - want).abs())
+            fail("ce_gradient_linear_in_dloss", case, target, f"dx({f} * dloss) != {f} * dx(dloss)", i, want[i], b[i],
+                 call=call.format(op=CE_BWD, arg=f"{f} * dloss", vs=f"{f} * target.{CE_BWD}(logits, labels, dloss)"))
+
+
+@invariant(*CE, families=("grid",))
+def ce_shift_invariance(case, target):
+    """loss(x + c) == loss(x) and dx(x + c) == dx(x) for grid logits and an exact shift c (37.25,
+    bfloat16 37; strategies.GRID_SHIFT): the exact values are equal, so each side is held to its
+    own oracle bound: |a - b| <= tol(x) + tol(x + c)."""
+    args = case.tensors(target.device)
+    x = args[0]
+    c = GRID_SHIFT.get(case.dtype, 37.25)
+    xs = x.double() + c
+    assume(bool((xs.to(case.dtype).double() == xs)[~torch.isnan(xs)].all()))
+    xs = xs.to(case.dtype)
+    a = ce_run(case, target, *args)
+    b = ce_run(case, target, xs, *args[1:])
+    _, ta = ce_truth(case, args)
+    _, tb = ce_truth(case, [xs] + list(args[1:]))
+    assert_close("ce_shift_invariance", case, target, b, a.double(), ta + tb, f"shifting the logits by {c} changed the result",
+                 f"out = target.{case.op}(logits + {c}, ...)  # vs target.{case.op}(logits, ...)")
+
+
+@invariant(CE_BWD, families=("confident",))
+def ce_confident_bf16_rows_keep_gradient(case, target):
+    """bfloat16 rows whose target logit dominates (1 - softmax_t in [e^-8, e^-7], below half a
+    bfloat16 ulp of 1; strategies._confident_logits) keep their target-column gradient
+    p_t - 1 = -(1 - p_t): it must match FP64 within its derived bound, and that bound is below a
+    quarter of |p_t - 1| (asserted), so a kernel that rounds softmax to bfloat16 before
+    subtracting the one-hot (getting 0) fails."""
+    x, t, dl = case.tensors(target.device)
+    ign = t == case.ignore_index
+    ref, tol = ce_truth(case, [x, t, dl])
+    tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
+    rt = torch.gather(ref, -1, tc[..., None])[..., 0]
+    tt = torch.gather(tol, -1, tc[..., None])[..., 0]
+    rows = ~ign & (rt != 0) & torch.isfinite(rt)
+    assume(bool(rows.any()))
+    assert bool((tt[rows] < rt[rows].abs() / 4).all()), "harness: the bound does not resolve 1 - p_t"
+    dx = ce_run(case, target, x, t, dl)
+    if tuple(dx.shape) != tuple(x.shape):
+        fail("ce_confident_bf16_rows_keep_gradient", case, target, f"gradient shape {tuple(dx.shape)}")
+    out = torch.gather(dx.double(), -1, tc[..., None])[..., 0]
+    out, rt, tt = torch.where(rows, out, 0.0), torch.where(rows, rt, 0.0), torch.where(rows, tt, 1.0)
+    assert_close("ce_confident_bf16_rows_keep_gradient", case, target, out, rt, tt,
+                 "target-column gradient of a confident bfloat16 row lost (softmax rounded before the one-hot?)")
+
+
+@invariant(*CE)
+def ce_inputs_unmodified(case, target):
+    """logits (with the gaps of their storage), target and dloss are bitwise unchanged by the call."""
+    args = case.tensors(target.device)
+    bases = [a._base if a._base is not None else a for a in args]
+    before = [b.clone() for b in bases]
+    ce_run(case, target, *args)
+    for name, b0, b1 in zip(("logits", "target", "dloss"), before, bases):
+        assert_bitwise("ce_inputs_unmodified", case, target, b1, b0, f"{name} (or its storage) was modified")
+
+
+@invariant(*CE)
+def ce_all_outputs_written(case, target):
+    """Under NaN-poisoned allocations (torch.empty returns NaN), the output has NaN exactly where
+    the FP64 oracle has: an element or row the kernel forgot to write stays NaN."""
+    args = case.tensors(target.device)
+    with poisoned_allocations():
+        out = ce_run(case, target, *args)
+    ref, _ = ce_truth(case, args)
+    _ce_shape("ce_all_outputs_written", case, target, out, ref.shape)
+    bad = torch.isnan(out.double()) != torch.isnan(ref)
+    if bool(bad.any()):
+        i = worst(bad, torch.ones_like(ref))
+        fail("ce_all_outputs_written", case, target, "NaN pattern differs from the oracle under poisoned allocations",
+             i, ref[i], out[i])
+
+
+@invariant(*CE, families=("out_of_range_target",))
+def ce_out_of_range_target_raises(case, target):
+    """A target outside [0, V) that is not ignore_index raises a Python exception whose message
+    names the target (no result, no device-side crash). Inputs: strategies.ce_targets(invalid=True)."""
+    args = case.tensors(target.device)
+    assume(args[1].numel() >= 1)
+    try:
+        out = case.call(target, *args)
+    except Exception as e:  # noqa: BLE001 - any clear Python exception is the law
+        if "target" not in str(e).lower():
+            fail("ce_out_of_range_target_raises", case, target, f"raised {type(e).__name__} without naming the target: {e}")
+        return
+    fail("ce_out_of_range_target_raises", case, target,
+         f"an out-of-range target returned a result instead of raising: {out if out.numel() <= 4 else out.shape}")

@@ -48,6 +48,10 @@ OPS = {
         # merges of two (x, lse) states; return (x, lse). Drawn as MergeCase (properties/case.py)
         Op("softmax_merge", ("p_a", "lse_a", "p_b", "lse_b"), oracles.softmax_merge),
         Op("attention_merge", ("o_a", "lse_a", "o_b", "lse_b"), oracles.attention_merge),
+        # cross-entropy: keyword options (ignore_index, reduction, label_smoothing); drawn as a
+        # CECase (properties/case.py), checked by the ce_* invariants
+        Op("cross_entropy", ("logits", "target"), oracles.ce.cross_entropy),
+        Op("cross_entropy_backward", ("logits", "target", "dloss"), oracles.ce.cross_entropy_backward),
     )
 }
 
@@ -57,7 +61,8 @@ DEFAULT_REFUSALS = (NotImplementedError, ValueError, TypeError)
 
 
 class Target:
-    """The module under test. Functions reduce over the last axis; missing ones are skipped."""
+    """The module under test. Functions reduce over the last axis; missing ones are skipped
+    (cross_entropy and cross_entropy_backward included)."""
 
     def __init__(self, module_name: str):
         self.name = module_name

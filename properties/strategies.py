@@ -376,6 +376,8 @@ def cases(draw, op_name, families=None, max_cols=None):
 
     if op_name in MERGE_OPS:
         return draw(merge_cases(op_name, families, max_cols))
+    if op_name in CE_OPS:
+        return draw(ce_cases(op_name, families, max_cols))
     op = OPS[op_name]
     dtype = draw(dtypes(), label="dtype")
     first = draw(inputs(dtype, BOUNDARIES.values, families or FAMILIES, max_cols=max_cols), label=op.args[0])
@@ -442,3 +444,162 @@ def merge_cases(draw, op, families=None, max_cols=None, min_chunks=1, max_chunks
     layout = draw(layouts(), label="layout")
     return MergeCase(op, dtype, scores, tuple(batch), cuts, masked, garbage, tree, dv,
                      draw(st.integers(0, 2**16), label="v_seed"), qk, layout, lse_layout)
+
+
+# ==============================================================================================
+# cross-entropy: logits (a Logits recipe + batch + Layout, as above), class-index targets,
+# options, and the cotangent dloss. Drawn into a CECase (properties/case.py).
+# ==============================================================================================
+CE_OPS = ("cross_entropy", "cross_entropy_backward")
+REDUCTIONS = ("mean", "none", "sum")
+CONFIDENT = "confident"  # a CE-only family: each row's target logit far above the rest (see below)
+OUT_OF_RANGE = "out_of_range_target"  # a CE-only marker: one target outside [0, V)
+CONFIDENT_MAX_V = 16384
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Class indices, one per row (``ignore_index`` included), as ``dtype``; ``stride`` > 1 lays
+    them out every ``stride`` elements with the out-of-range value ``JUNK`` in the gaps, so a
+    kernel that ignores the target's stride reads an index it must not."""
+
+    values: tuple
+    dtype: str = "int64"
+    stride: int = 1
+
+    JUNK = 2**30
+
+    def code(self, name: str, shape) -> str:
+        vals = f"torch.tensor({list(self.values)}, dtype=torch.{self.dtype})"
+        if self.stride == 1:
+            return f"{name} = {vals}.reshape({tuple(shape)})"
+        n = len(self.values)
+        return (f"base = torch.full(({n * self.stride},), {self.JUNK}, dtype=torch.{self.dtype})\n"
+                f"base[::{self.stride}] = {vals}\n{name} = base[::{self.stride}].view({tuple(shape)})")
+
+    def tensor(self, shape, device="cpu", name="target") -> torch.Tensor:
+        scope = {"torch": torch}
+        exec(_compiled(self.code(name, shape)), scope)
+        return scope[name].to(device) if device != "cpu" else scope[name]
+
+
+@dataclass(frozen=True)
+class DLoss:
+    """The cotangent of the loss: ``fill`` (("const", v) or ("normal", seed, scale)) rounded to
+    the dtype, laid out ``contiguous``, ``strided`` (every k-th element, NaN gaps) or
+    ``expanded`` (one value broadcast with stride 0: what loss.sum().backward() hands to
+    reduction="none")."""
+
+    fill: tuple = ("const", 1.0)
+    layout: str = "contiguous"
+    k: int = 0
+
+    def values_code(self, shape, dtype: str) -> str:
+        kind, *args = self.fill
+        if kind == "const" or self.layout == "expanded":
+            v = float(args[0]) if kind == "const" else 1.0
+            return f"DV = torch.full({tuple(shape)}, {v!r}, dtype=torch.float64).to(torch.{dtype})"
+        seed, scale = args
+        return (f"import numpy as np\nDV = torch.from_numpy(np.asarray(np.random.default_rng({seed}).standard_normal("
+                f"{tuple(shape)}) * {scale!r})).to(torch.{dtype})")
+
+    def code(self, name: str, shape, dtype: str) -> str:
+        lines = [self.values_code(shape, dtype)]
+        if self.layout == "expanded" and len(shape):
+            lines.append(f"{name} = DV.reshape(-1)[:1].reshape(()).expand({tuple(shape)})")
+        elif self.layout == "strided" and len(shape):
+            lines.append(f"base = torch.full((DV.numel() * {self.k},), float('nan'), dtype=DV.dtype)\n"
+                         f"base[::{self.k}] = DV.reshape(-1)\n{name} = base[::{self.k}].view({tuple(shape)})")
+        else:
+            lines.append(f"{name} = DV.clone()")
+        return "\n".join(lines)
+
+    def tensor(self, shape, dtype: str, device="cpu", name="dloss") -> torch.Tensor:
+        scope = {"torch": torch}
+        exec(_compiled(self.code(name, shape, dtype)), scope)
+        return scope[name].to(device) if device != "cpu" else scope[name]
+
+
+def ce_options():
+    """(ignore_index, reduction, label_smoothing): torch's default -100 mostly, sometimes a real
+    class (its rows are then ignored); smoothing 0 half the time, else 1, a round value or any."""
+    ignore = rarely(st.integers(0, 3), st.just(-100), 4)
+    eps = st.one_of(st.just(0.0), st.one_of(st.sampled_from([0.1, 0.5, 1.0]), st.floats(0.0, 1.0)))
+    return st.tuples(ignore, st.sampled_from(REDUCTIONS), eps)
+
+
+@st.composite
+def ce_targets(draw, rows: int, V: int, ignore_index: int, invalid: bool = False):
+    """A Targets for `rows` rows of V classes: each a class (position drawn independently of V, so
+    it shrinks on its own) or ignore_index (about one row in four). invalid=True makes one row
+    out of range (V, V + k, -1 or a large value), never equal to ignore_index."""
+    vals = []
+    for _ in range(rows):
+        if draw(st.integers(0, 3), label="ignored") == 3:
+            vals.append(ignore_index)
+        else:
+            vals.append(_index(draw, V))
+    if invalid and rows:
+        i = _index(draw, rows)
+        bad = draw(st.sampled_from([V, V + 1, -1, -2, 2**31 - 1]), label="out_of_range")
+        vals[i] = bad if bad != ignore_index else V + 7
+    dtype = draw(st.sampled_from(["int64", "int32"]), label="target_dtype")
+    stride = draw(rarely(st.integers(2, 3), st.just(1), 4), label="target_stride")
+    return Targets(tuple(vals), dtype, stride)
+
+
+def dlosses(reduction: str):
+    """The cotangent's recipe: 1 (what loss.backward() hands), a rounded moderate constant, or a
+    seeded normal fill; for "none" also strided (NaN gaps) or expanded (stride 0)."""
+    fill = st.one_of(st.just(("const", 1.0)), st.floats(-8, 8).map(lambda v: ("const", v)),
+                     st.tuples(st.just("normal"), st.integers(0, 2**16), st.sampled_from([1.0, 1e-3, 1e3])))
+    if reduction != "none":
+        return fill.map(lambda f: DLoss(f))
+    lay = st.one_of(st.just(("contiguous", 0)), st.integers(2, 3).map(lambda k: ("strided", k)),
+                    st.just(("expanded", 0)))
+    return st.tuples(fill, lay).map(lambda a: DLoss(a[0], a[1][0], a[1][1]))
+
+
+def _confident_logits(draw, rows, cols, dtype, targets):
+    """bfloat16-exact integers: a constant c everywhere and c + gap at each row's target, with gap
+    the integer in [ln(V - 1) + 7, ln(V - 1) + 8], so 1 - softmax_t lies in [e^-8, e^-7]:
+    below half a bfloat16 ulp of 1 (2^-10), so rounding softmax to bfloat16 before subtracting
+    the one-hot loses the whole gradient of the target column."""
+    c = draw(st.integers(-8, 8), label="base")
+    gap = math.ceil(math.log(max(cols - 1, 1)) + 7.0)
+    patches = tuple((i % rows, t, t + 1, float(c + gap)) for i, t in enumerate(targets.values) if 0 <= t < cols)
+    return Logits(rows, cols, dtype_name(dtype), ("const", float(c)), patches, family=CONFIDENT)
+
+
+@st.composite
+def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False):
+    """A CECase for op_name ("cross_entropy" or "cross_entropy_backward"). Logits come from the
+    same families, row lengths (every kernel block boundary +-1, so the looped and split paths and
+    whole -inf tiles are reached) and layouts as the softmax ops; V >= 1, the batch may be empty.
+    families=("confident",) draws bfloat16 rows whose target logit dominates (eps = 0)."""
+    from .case import CECase
+
+    families = families or FAMILIES
+    confident = CONFIDENT in families
+    invalid_target = invalid_target or OUT_OF_RANGE in families
+    dtype = torch.bfloat16 if confident else draw(dtypes(), label="dtype")
+    if max_cols is None:
+        cols = draw(row_lengths(BOUNDARIES.values, allow_empty=False), label="V")
+    else:
+        cols = draw(st.one_of(st.sampled_from(special_lengths(BOUNDARIES.values, max_cols)),
+                              st.integers(1, max_cols)), label="V")
+    if confident:
+        # 2 <= V <= 16384: the derived gradient bound grows with depth(V) (tolerances.ce_grad_bound);
+        # up to 16384 it stays below a quarter of 1 - p_t >= e^-8, so the law can resolve the loss
+        cols = min(max(cols, 2), CONFIDENT_MAX_V)
+    ignore_index, reduction, eps = draw(ce_options(), label="options")
+    if confident:
+        eps = 0.0
+    fam = [f for f in families if f not in (CONFIDENT, OUT_OF_RANGE)] or list(FAMILIES)
+    inp = draw(inputs(dtype, BOUNDARIES.values, tuple(fam), allow_empty=True, cols=cols), label="logits")
+    rows = inp.logits.rows * (inp.layout.k if inp.layout.kind == "expanded" else 1)
+    targets = draw(ce_targets(rows, cols, ignore_index, invalid_target), label="target")
+    if confident:
+        inp = Input(_confident_logits(draw, rows, cols, dtype, targets), inp.batch, inp.layout)
+    dl = draw(dlosses(reduction), label="dloss") if op_name == "cross_entropy_backward" else None
+    return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl)

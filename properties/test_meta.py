@@ -148,6 +148,8 @@ def test_layout_planner_covers_strided_batches():
 # ---------------------------------------------------------------------------- merges
 def _same_bits(a, b) -> bool:
     """Equal values (relative 1e-12), NaN where NaN, and the sign of zeros alike."""
+# ---------------------------------------------------------------------------- cross-entropy
+def _same(a, b):
     a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
     b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
     if a.shape != b.shape:
@@ -235,6 +237,109 @@ def test_merge_cpu_tensor_outside_interpreter_is_refused(monkeypatch):
     for f, x in ((kernels.softmax_merge, "p_a"), (kernels.attention_merge, "o_a")):
         with pytest.raises(ValueError, match=rf"{x} is on device 'cpu', but the Triton kernels run on CUDA tensors"):
             f(torch.ones(2, 3), torch.ones(2), torch.ones(2, 3), torch.ones(2))
+    close = torch.isclose(a, b, rtol=1e-12, atol=1e-300) | (a == b)
+    return bool((close | (torch.isnan(a) & torch.isnan(b))).all())
+
+
+@pytest.mark.parametrize("what,logits,tgt,eps,red,loss,grad,torch_grad", oracles.CE_SEMANTICS,
+                         ids=[r[0] for r in oracles.CE_SEMANTICS])
+def test_ce_semantics_table(what, logits, tgt, eps, red, loss, grad, torch_grad):
+    """Every row of the cross-entropy table holds for torch (float64 F.cross_entropy; its
+    gradient where the table records a deliberate difference), the FP64 oracle and the kernels."""
+    import torch.nn.functional as F
+    V = len(logits[0]) if logits else 3
+    x = torch.tensor(logits, dtype=torch.float64).reshape(-1, V)
+    t = torch.tensor(tgt, dtype=torch.int64)
+    for impl in ("torch", "oracle", "kernels"):
+        if impl == "oracle":
+            dl = torch.ones(t.shape if red == "none" else (), dtype=torch.float64)
+            got_l = oracles.ce.cross_entropy(x, t, -100, red, eps)
+            got_g = oracles.ce.cross_entropy_backward(x, t, dl, -100, red, eps)
+        else:
+            xx = x.to(DEV).clone().requires_grad_(True)
+            fn = F.cross_entropy if impl == "torch" else kernels.cross_entropy
+            out = fn(xx, t.to(DEV), reduction=red, label_smoothing=eps)
+            (g,) = torch.autograd.grad(out.sum(), xx)
+            got_l, got_g = out.detach().cpu(), g.cpu()
+        want_g = torch_grad if (impl == "torch" and torch_grad is not None) else grad
+        assert _same(got_l, loss), f"{impl}: loss {got_l.tolist()}, table says {loss}"
+        assert _same(got_g, torch.tensor(want_g, dtype=torch.float64).reshape(-1)), \
+            f"{impl}: grad {got_g.tolist()}, table says {want_g}"
+
+
+def test_ce_rejects_bad_input():
+    x, t = torch.randn(2, 3, device=DEV), torch.tensor([0, 1], device=DEV)
+    ce, ceb = kernels.cross_entropy, kernels.cross_entropy_backward
+    with pytest.raises(TypeError, match=r"cross_entropy: logits.dtype must be .*got torch.int64"):
+        ce(torch.ones(2, 3, dtype=torch.int64, device=DEV), t)
+    with pytest.raises(TypeError, match=r"target.dtype must be int32 or int64 .*got torch.float32.*class indices"):
+        ce(x, t.float())
+    with pytest.raises(ValueError, match=r"target must have shape logits.shape\[:-1\] = \(2,\).*got \(3,\)"):
+        ce(x, torch.tensor([0, 1, 2], device=DEV))
+    with pytest.raises(ValueError, match=r"reduction must be one of 'none', 'mean', 'sum', got 'avg'"):
+        ce(x, t, reduction="avg")
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\]"):
+            ce(x, t, label_smoothing=bad)
+    with pytest.raises(TypeError, match=r"ignore_index must be an int"):
+        ce(x, t, ignore_index=1.0)
+    with pytest.raises(ValueError, match=r"at least one class"):
+        ce(torch.ones(2, 0, device=DEV), t)
+    for bad_t in ([0, 3], [-1, 0], [0, -101]):
+        with pytest.raises(ValueError, match=r"target\[\d\] = -?\d+ is out of range: targets must be in \[0, 3\)"):
+            ce(x, torch.tensor(bad_t, device=DEV))
+    with pytest.raises(ValueError, match=r"dloss must have the loss's shape \(2,\) for reduction='none'"):
+        ceb(x, t, torch.ones((), device=DEV), reduction="none")
+    with pytest.raises(ValueError, match=r"dloss must have the loss's shape \(\) for reduction='mean'"):
+        ceb(x, t, torch.ones(2, device=DEV))
+    with pytest.raises(TypeError, match=r"dloss.dtype must be a floating-point dtype"):
+        ceb(x, t, torch.ones((), dtype=torch.int64, device=DEV))
+    with pytest.raises(ValueError, match=r"target\[1\] = 7 is out of range"):
+        ceb(x, torch.tensor([0, 7], device=DEV), torch.ones((), device=DEV))
+    if DEV == "cuda":
+        with pytest.raises(ValueError, match=r"logits and target must be on the same device"):
+            ce(x, t.cpu())
+        with pytest.raises(ValueError, match=r"logits and dloss must be on the same device"):
+            ceb(x, t, torch.ones(()))
+
+
+def test_ce_devices_differ_and_cpu_outside_interpreter(monkeypatch):
+    """Device checks run on the CPU too: a 'meta' target differs from CPU logits; and with the
+    interpreter off, CPU logits are refused naming the argument."""
+    x, t = torch.randn(2, 3, device=DEV), torch.tensor([0, 1], device=DEV)
+    with pytest.raises(ValueError, match=r"logits and target must be on the same device, got .* and meta"):
+        kernels.cross_entropy(x, t.to("meta"))
+    with pytest.raises(ValueError, match=r"logits and dloss must be on the same device, got .* and meta"):
+        kernels.cross_entropy_backward(x, t, torch.ones((), device="meta"))
+    x, t = x.cpu(), t.cpu()
+    monkeypatch.setattr(_launch, "interpreting", lambda: False)
+    with pytest.raises(ValueError, match=r"logits is on device 'cpu', but the Triton kernels run on CUDA tensors"):
+        kernels.cross_entropy(x, t)
+
+
+def test_ce_autograd_and_compile():
+    """kernels.cross_entropy trains (autograd through the custom op matches torch) and traces
+    under torch.compile (fullgraph; aot_eager, so no C++ toolchain is needed on the CPU)."""
+    import torch.nn.functional as F
+    x = torch.randn(5, 37, dtype=torch.float64, device=DEV, requires_grad=True)
+    t = torch.tensor([1, -100, 36, 0, 5], device=DEV)
+    ref = torch.autograd.grad(F.cross_entropy(x, t, label_smoothing=0.2), x)[0]
+    got = torch.autograd.grad(kernels.cross_entropy(x, t, label_smoothing=0.2), x)[0]
+    assert torch.allclose(got, ref, atol=1e-12)
+    f = torch.compile(lambda a, b: kernels.cross_entropy(a, b, reduction="sum"), backend="aot_eager", fullgraph=True)
+    loss = f(x, t)
+    (g,) = torch.autograd.grad(loss, x)
+    assert torch.allclose(loss, F.cross_entropy(x, t, reduction="sum"), atol=1e-12)
+    assert torch.allclose(g, torch.autograd.grad(F.cross_entropy(x, t, reduction="sum"), x)[0], atol=1e-12)
+    assert torch.ops.softmax_props.cross_entropy.default is not None
+
+
+def test_ce_never_modifies_logits_under_autograd():
+    x = torch.randn(3, 300, dtype=torch.bfloat16, device=DEV)
+    x0 = x.clone()
+    xx = x.requires_grad_(True)
+    kernels.cross_entropy(xx, torch.tensor([0, 299, 7], device=DEV), label_smoothing=0.1).backward()
+    assert torch.equal(x.detach(), x0)
 
 
 @settings(max_examples=25)
@@ -256,3 +361,29 @@ def test_merge_reproducer_rebuilds_the_exact_states(data):
     from .case import tree_code, tree_depth
     lines = tree_code(case.tree, op)
     assert len(lines) == max(1, len(case.bounds()) - 1) and (tree_depth(case.tree) == 0 or lines[-1].startswith("out = target."))
+def test_ce_reproducer_rebuilds_the_exact_tensors(data):
+    """A CECase's reproducer, executed as printed (calling the kernels), yields bitwise its logits,
+    class indices (``labels``: ``target`` is the module) and dloss, strides too, and an output."""
+    case = data.draw(S.ce_cases(data.draw(st.sampled_from(S.CE_OPS))))
+    scope = {}
+    exec(case.reproducer("kernels"), scope)
+    assert isinstance(scope["out"], torch.Tensor)
+    for name, t in zip(("logits", "labels", "dloss"), case.tensors()):
+        r = scope[name]
+        assert r.shape == t.shape and r.stride() == t.stride() and r.dtype == t.dtype, name
+        assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
+
+
+def test_ce_reductions_agree_accepts_an_overflowing_sum():
+    """Two float16 rows of loss 40000: the float16 sum is inf while each row and the mean are
+    finite. The law must accept it (the float64 sum of the rows exceeds float16's range); a
+    version comparing the rows' float64 sum against the sum as the reference failed here."""
+    from .case import CECase
+    from .invariants import ce_reductions_agree
+    from .ops import Target
+    tg = Target("kernels")
+    tg.device = DEV
+    lg = S.Logits(2, 2, "float16", ("const", 0.0), ((-1, 1, 2, -40000.0),))
+    case = CECase("cross_entropy", torch.float16, S.Input(lg, (2,), S.Layout()), S.Targets((1, 1)), -100, "sum", 0.0)
+    assert bool(torch.isinf(kernels.cross_entropy(*case.tensors(DEV), **case.kwargs())))
+    ce_reductions_agree(case, tg)

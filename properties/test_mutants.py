@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, errors, find, settings, strategies as st
 
 from . import strategies as S
-from .case import MERGE_OPS, PropertyFailure
+from .case import PropertyFailure
 from .invariants import REGISTRY
 from .ops import Target
 
@@ -37,9 +37,12 @@ MUTANTS = {  # module in properties/mutants -> the op it breaks
     "backward_row_coupling": "softmax_backward",
     "merge_lse_arithmetic": "attention_merge",  # issue 3: lse = -inf treated arithmetically (0 * NaN)
     "merge_lse_max": "softmax_merge",  # issue 3: merged lse = max(lse_a, lse_b)
+    "ce_mean_counts_ignored": "cross_entropy",  # issue 4: mean divides by all rows
+    "ce_none_backward_ignores_dloss": "cross_entropy_backward",  # issue 4: reduction="none" drops dloss
 }
 
-MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4, "merge_lse_arithmetic": 4, "merge_lse_max": 4}
+MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4, "merge_lse_arithmetic": 4, "merge_lse_max": 4,
+                "ce_mean_counts_ignored": 4, "ce_none_backward_ignores_dloss": 4}
 
 
 @contextlib.contextmanager
@@ -91,22 +94,32 @@ def _search(module: str, op: str, device: str, max_examples: int):
                                                   deadline=None, suppress_health_check=list(HealthCheck)))
 
 
+def report(inv, case, module: str, device: str) -> str:
+    """The suite's failure report (with its reproducer) for the shrunk counterexample."""
+    mutant = Target(module)
+    mutant.device = device
+    mutant.record = False
+    try:
+        inv.check(case, mutant)
+    except PropertyFailure as e:
+        return str(e)
+    except Exception as e:  # a crash of the mutant
+        return f"{type(e).__name__}: {e}"
+    return "(the counterexample did not reproduce)"
+
+
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_suite_catches_mutant(name, target):
-    inv, case = search(f"properties.mutants.{name}", MUTANTS[name], target.device, 1000)
+    module = f"properties.mutants.{name}"
+    inv, case = search(module, MUTANTS[name], target.device, 1000)
     sizes = [t.numel() for t in case.tensors(target.device)]
-    print(f"{name}: caught by {inv.name}; counterexample sizes {sizes}")
-    if MUTANTS[name] in MERGE_OPS:  # show the shrunk counterexample's report
-        try:
-            inv.check(case, Target(f"properties.mutants.{name}"))
-        except Exception as e:
-            print(f"{type(e).__name__}: {e}")
+    print(f"{name}: caught by {inv.name}; counterexample sizes {sizes}\n{report(inv, case, module, target.device)}")
     limit = MAX_ELEMENTS.get(name, math.inf)
     assert max(sizes) <= limit, f"{name}: caught by {inv.name}, but the shrunk counterexample still has {sizes} elements:\n{case}"
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward",
-                                "softmax_merge", "attention_merge"])
+                                "softmax_merge", "attention_merge", "cross_entropy", "cross_entropy_backward"])
 def test_control_correct_kernels_are_not_caught(op, target):
     """The same search against the project's kernels finds nothing: a catch above is the mutant's
     bug, not the search's (this control once exposed two harness errors counted as catches)."""

@@ -1,0 +1,470 @@
+"""Cross-entropy over class logits: forward (per-row loss and logsumexp) and backward.
+
+Semantics are torch's ``F.cross_entropy`` with class-index targets (oracles/semantics.py,
+CE_SEMANTICS, lists the edge rows):
+
+    loss_i = (1 - eps) (lse_i - x_i[t_i]) + eps/V * sum_j (lse_i - x_ij)     (eps = label_smoothing)
+    dloss/dx_ij = softmax(x_i)_j - (1 - eps) [j = t_i] - eps/V
+
+An ignored row (t_i == ignore_index) has loss 0, does not count in the mean, and gets an exactly
+zero gradient (torch gives NaN there when that row holds NaN/inf logits: the one deliberate
+difference). ``mean`` over no counted rows is 0/0 = NaN, as in torch.
+
+Layout: logits (..., V) with target (...) (torch's (N, C, d1, ...) class-axis-1 form is not
+accepted; move the class axis last). Batch axes are flattened to rows with a view where possible;
+the class axis must be unit-stride or is copied. Targets (int32/int64) and ``dloss`` (any float
+dtype) are read through their row stride, so strided and stride-0 (``expand``) tensors cost nothing.
+
+Kernels (design for memory bandwidth; model bytes 3 N V s for forward + backward):
+
+* forward: one streaming pass per row over tiles of ``BLOCK`` columns (8192 for 16-bit dtypes on
+  the GPU). Per tile: one max reduction, then lane-wise ``s = s * exp(m_old - m_new) + exp(x - m)``
+  (one exp per element, the sum reduced once per row; a NaN logit turns its lane of the sum NaN,
+  so no separate flag is carried) and the lane-wise sum of ``x / V`` for smoothing. x[t] is one
+  scalar load. Writes lse and the loss per row (float32, float64
+  for float64 logits); the reduction over rows is a tiny torch op on N values.
+  Few rows with many columns (fewer rows than ~4 programs per SM): each row is split into
+  ``n_chunks`` column ranges, one program each, whose partial (max, sum, sum x / V) a
+  finish kernel merges with the log-sum-exp merge ``S = sum_c s_c exp(m_c - M)``.
+* backward: one read of x and one write of dx, given lse:
+  ``dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale`` computed in float32 (float64 for
+  float64) and rounded once, so a confident bfloat16 row keeps ``p_t - 1`` (no softmax rounded
+  before the one-hot is subtracted). scale is dloss_i (none), dloss (sum) or dloss / count (mean).
+  Columns are split across programs the same way (no reduction, so any split is exact).
+
+Out-of-range targets: validated on the host before any launch (``(t != ignore) & ((t < 0) |
+(t >= V))``.any()): one extra read of N target integers (4-8 bytes per row against 2 V bytes of
+logits) and one device-to-host sync per call. Chosen over an in-kernel flag because the flag must
+be read back (a sync) anyway before a clear error can be raised, and validation before launch
+guarantees the kernels never see a bad index; the kernels also mask the gather, so no index can
+fault even if this check is bypassed (e.g. calling the kernels directly).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from . import _launch as L
+from ._numerics import to_out
+
+REDUCTIONS = ("none", "mean", "sum")
+_INT_DTYPES = (torch.int32, torch.int64)
+
+
+# ----------------------------------------------------------------------------------------------
+# kernels
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def _ce_rows(BLOCK_R: tl.constexpr):
+    return tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+
+
+@triton.jit
+def _ce_params(eps, inv_v, EPS, F64: tl.constexpr):
+    """(label_smoothing, 1/V) in the compute type: float32 arguments, or for float64 read from
+    EPS = [eps, 1/V] (Triton passes Python floats as float32)."""
+    if F64:
+        return tl.load(EPS), tl.load(EPS + 1)
+    else:
+        return eps, inv_v
+
+
+@triton.jit
+def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, V, sxr, st, ignore_index, eps,
+               SMOOTH: tl.constexpr):
+    """From a row's max M (NaN possibly excluded), sum S of exp(x - M) (NaN when the row holds a
+    NaN) and mean SXV of x: store lse (NaN when the row holds NaN or +inf, -inf when it holds only
+    -inf) and the loss."""
+    fin = tl.abs(M) < float("inf")
+    lse = tl.where(fin, tl.where(fin, M, 0.0) + tl.log(S), M)
+    lse = tl.where((S != S) | (M == float("inf")), float("nan"), lse)
+    tl.store(LSE + rows, lse, mask=rmask)
+    t = tl.load(T + rows * st, mask=rmask, other=0).to(tl.int64)
+    ign = t == ignore_index
+    ok = rmask & (t >= 0) & (t < V) & ~ign  # the gather can never fault
+    xt = tl.load(X + rows * sxr + t, mask=ok, other=0.0).to(lse.dtype)
+    if SMOOTH:
+        # two non-negative terms, each formed so it overflows only if it exceeds the range itself;
+        # (1 - eps) * x_t is 0 * -inf = NaN for eps = 1 and x_t = -inf, as in torch
+        keep = 1.0 - eps
+        loss = (keep * lse - keep * xt) + (eps * lse - eps * SXV)
+    else:
+        loss = lse - xt
+    # the exact loss is >= 0; rounding (of the mean of x, or an approximate log near S = 1) may
+    # leave it a few ulps below: clamp (NaN stays NaN), which can only reduce the error
+    loss = tl.where(loss < 0.0, 0.0, loss)
+    tl.store(LOSS + rows, tl.where(ign, 0.0, loss), mask=rmask)
+
+
+# Counts that do not affect vectorization are not specialized (fewer compiled variants); strides,
+# V and chunk_cols (a multiple of BLOCK) stay specialized, since their divisibility by 16 is what
+# lets Triton prove 16-byte alignment of the row and tile starts.
+_NO_SPEC = ["n_rows", "ignore_index", "n_chunks"]
+
+
+@triton.jit
+def _fwd_tile(x, xs, m, s, sx, inv_v, SMOOTH: tl.constexpr):
+    """One tile of the online (max, sum of exp) pass; masked lanes hold x = -inf, and xs (the
+    values summed for smoothing) 0 there. A NaN logit need not reach the max (tl.max may drop
+    it): exp(NaN - m) makes its lane of s NaN for good (NaN * alpha stays NaN), so S is NaN."""
+    m_new = tl.maximum(m, tl.max(x, 1))
+    ms = tl.where(tl.abs(m_new) < float("inf"), m_new, 0.0)
+    s = s * tl.exp(m - ms)[:, None] + tl.exp(x - ms[:, None])
+    if SMOOTH:
+        sx += xs * inv_v
+    return m_new, s, sx
+
+
+@triton.jit(do_not_specialize=_NO_SPEC)
+def _ce_fwd_kernel(
+    X, T, LOSS, LSE, PM, PS, PX, EPS,
+    n_rows, V, sxr, st, ignore_index, n_chunks, chunk_cols, eps, inv_v,
+    F64: tl.constexpr, SMOOTH: tl.constexpr, SPLIT: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    eps, inv_v = _ce_params(eps, inv_v, EPS, F64)
+    rows = _ce_rows(BLOCK_R)
+    rmask = rows < n_rows
+    xrow = X + rows * sxr
+    lo = tl.program_id(1) * chunk_cols
+    hi = tl.minimum(lo + chunk_cols, V)
+    m = tl.full([BLOCK_R], float("-inf"), CT)
+    s = tl.zeros([BLOCK_R, BLOCK], CT)
+    sx = tl.zeros([BLOCK_R, BLOCK], CT)
+    cols0 = tl.arange(0, BLOCK)
+    n_full = (hi - lo) // BLOCK
+    # full tiles: the mask is constant along a row, so loads stay 16-byte vectors
+    for k in range(0, n_full):
+        start = tl.multiple_of(lo + k * BLOCK, BLOCK)
+        x = tl.load(xrow[:, None] + (start + cols0)[None, :], mask=rmask[:, None], other=float("-inf")).to(CT)
+        m, s, sx = _fwd_tile(x, x, m, s, sx, inv_v, SMOOTH)
+    start = lo + n_full * BLOCK
+    if start < hi:  # the ragged last tile
+        cols = start + cols0
+        msk = rmask[:, None] & (cols < hi)[None, :]
+        x = tl.load(xrow[:, None] + cols[None, :], mask=msk, other=float("-inf")).to(CT)
+        m, s, sx = _fwd_tile(x, tl.where(msk, x, 0.0), m, s, sx, inv_v, SMOOTH)
+    # rows whose max is +-inf: the terms above may be NaN or 0; _ce_finish overrides them
+    S = tl.sum(s, 1)  # NaN exactly when the row (chunk) holds a NaN logit
+    SXV = tl.sum(tl.where(rmask[:, None], sx, 0.0), 1)
+    if SPLIT:
+        poff = rows * n_chunks + tl.program_id(1)
+        tl.store(PM + poff, m, mask=rmask)
+        tl.store(PS + poff, S, mask=rmask)
+        tl.store(PX + poff, SXV, mask=rmask)
+    else:
+        _ce_finish(X, T, LOSS, LSE, rows, rmask, m, S, SXV, V, sxr, st, ignore_index, eps, SMOOTH)
+
+
+@triton.jit(do_not_specialize=_NO_SPEC)
+def _ce_merge_kernel(
+    X, T, LOSS, LSE, PM, PS, PX, EPS,
+    n_rows, V, sxr, st, ignore_index, n_chunks, eps,
+    F64: tl.constexpr, SMOOTH: tl.constexpr, BLOCK_R: tl.constexpr, NC: tl.constexpr,
+):
+    """Merge each row's chunk partials: M = max m_c, S = sum_c s_c exp(m_c - M)."""
+    eps, _ = _ce_params(eps, eps, EPS, F64)
+    rows = _ce_rows(BLOCK_R)
+    rmask = rows < n_rows
+    c = tl.arange(0, NC)
+    pmask = rmask[:, None] & (c < n_chunks)[None, :]
+    poff = rows[:, None] * n_chunks + c[None, :]
+    mc = tl.load(PM + poff, mask=pmask, other=float("-inf"))
+    sc = tl.load(PS + poff, mask=pmask, other=0.0)
+    M = tl.max(mc, 1)
+    Ms = tl.where(tl.abs(M) < float("inf"), M, 0.0)
+    # a chunk of -inf (and NaN) has m_c = -inf and s_c = 0 (NaN): it adds s_c * 0 (NaN stays)
+    w = tl.where(mc == float("-inf"), sc * 0.0, sc * tl.exp(mc - Ms[:, None]))
+    S = tl.sum(w, 1)
+    SXV = tl.sum(tl.load(PX + poff, mask=pmask, other=0.0), 1)
+    _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, V, sxr, st, ignore_index, eps, SMOOTH)
+
+
+@triton.jit
+def _bwd_tile(x, lse, t, ign, scale, cols, hot, flat, SMOOTH: tl.constexpr):
+    p = tl.exp(x - lse[:, None])
+    is_t = cols[None, :] == t[:, None]
+    if SMOOTH:
+        g = (p - flat) - tl.where(is_t, hot, 0.0)
+    else:
+        g = tl.where(is_t, p - 1.0, p)
+    return tl.where(ign[:, None], 0.0, g * scale[:, None])
+
+
+@triton.jit(do_not_specialize=_NO_SPEC)
+def _ce_bwd_kernel(
+    X, T, LSE, SC, DX, EPS,
+    n_rows, V, sxr, st, ss, sdr, ignore_index, n_chunks, chunk_cols, eps, inv_v,
+    F64: tl.constexpr, SMOOTH: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale, in the compute type, rounded once;
+    exactly 0 on ignored rows."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    eps, inv_v = _ce_params(eps, inv_v, EPS, F64)
+    hot = 1.0 - eps
+    flat = eps * inv_v
+    rows = _ce_rows(BLOCK_R)
+    rmask = rows < n_rows
+    t = tl.load(T + rows * st, mask=rmask, other=0).to(tl.int64)
+    ign = t == ignore_index
+    lse = tl.load(LSE + rows, mask=rmask, other=0.0)
+    scale = tl.load(SC + rows * ss, mask=rmask, other=0.0).to(CT)
+    xrow = X + rows * sxr
+    drow = DX + rows * sdr
+    lo = tl.program_id(1) * chunk_cols
+    hi = tl.minimum(lo + chunk_cols, V)
+    cols0 = tl.arange(0, BLOCK)
+    n_full = (hi - lo) // BLOCK
+    for k in range(0, n_full):  # full tiles: row-constant masks keep 16-byte vectors
+        start = tl.multiple_of(lo + k * BLOCK, BLOCK)
+        cols = start + cols0
+        x = tl.load(xrow[:, None] + cols[None, :], mask=rmask[:, None], other=0.0).to(CT)
+        g = _bwd_tile(x, lse, t, ign, scale, cols, hot, flat, SMOOTH)
+        tl.store(drow[:, None] + cols[None, :], to_out(g, DX.dtype.element_ty), mask=rmask[:, None])
+    start = lo + n_full * BLOCK
+    if start < hi:
+        cols = start + cols0
+        msk = rmask[:, None] & (cols < hi)[None, :]
+        x = tl.load(xrow[:, None] + cols[None, :], mask=msk, other=0.0).to(CT)
+        g = _bwd_tile(x, lse, t, ign, scale, cols, hot, flat, SMOOTH)
+        tl.store(drow[:, None] + cols[None, :], to_out(g, DX.dtype.element_ty), mask=msk)
+
+
+JIT_KERNELS = (_ce_fwd_kernel, _ce_merge_kernel, _ce_bwd_kernel)
+
+
+# ----------------------------------------------------------------------------------------------
+# launch configuration
+# ----------------------------------------------------------------------------------------------
+def max_tile(dtype: torch.dtype) -> int:
+    """Columns one program handles per loop iteration (16 KB of 16-bit logits on the GPU); longer
+    rows loop. Under the interpreter 256, so CPU runs reach the looped and split paths on small
+    shapes. CE_KERNELS_MAX_TILE overrides it (a power of two >= 16)."""
+    env = os.environ.get("CE_KERNELS_MAX_TILE")
+    if env:
+        return int(env)
+    if L.interpreting():
+        return 256
+    return {2: 8192, 4: 4096, 8: 2048}[dtype.itemsize]
+
+
+def _programs_wanted(device) -> int:
+    if L.interpreting() or device.type != "cuda":
+        return 4
+    return 4 * torch.cuda.get_device_properties(device).multi_processor_count
+
+
+class CEConfig:
+    """block_r rows x block columns per iteration; each row's columns cut into n_chunks ranges of
+    chunk_cols (a multiple of block), one program each. Rows are split only when there are fewer
+    than ~4 programs per SM (e.g. 64 rows of 262,144: 4096 x 262,144 fills the GPU unsplit).
+    Environment knobs for tuning on the GPU: CE_KERNELS_MAX_TILE, CE_KERNELS_NUM_WARPS."""
+
+    def __init__(self, n_rows: int, V: int, dtype: torch.dtype, device):
+        tile = max_tile(dtype)
+        self.block = min(tile, max(16, triton.next_power_of_2(V)))
+        self.block_r = max(1, min(64, tile // self.block))
+        tiles = triton.cdiv(V, self.block)
+        want = _programs_wanted(torch.device(device))
+        chunks = 1
+        if self.block_r == 1 and n_rows < want:
+            chunks = min(tiles, triton.cdiv(want, max(n_rows, 1)))
+        per = triton.cdiv(tiles, chunks)
+        self.chunk_cols = per * self.block
+        self.n_chunks = triton.cdiv(V, self.chunk_cols)
+        env = os.environ.get("CE_KERNELS_NUM_WARPS")  # a tuning knob for the GPU
+        self.num_warps = int(env) if env else max(4, min(16, self.block_r * self.block // 512))
+
+    def grid(self, n_rows: int):
+        return (triton.cdiv(n_rows, self.block_r), self.n_chunks)
+
+
+def boundaries(dtype: torch.dtype = torch.float32) -> list:
+    """Vocabulary sizes where the configuration changes: the tile (looping starts above it)."""
+    t = max_tile(dtype)
+    return [16, t, 2 * t]
+
+
+# ----------------------------------------------------------------------------------------------
+# validation
+# ----------------------------------------------------------------------------------------------
+def check_args(logits, target, ignore_index, reduction, label_smoothing, op: str) -> None:
+    """Types, shapes, devices and options; no device work."""
+    L.check_tensor("logits", logits, op)
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"{op}: target must be a torch.Tensor, got {type(target).__name__}")
+    if target.dtype not in _INT_DTYPES:
+        hint = (" (class-probability targets are not supported; pass class indices)"
+                if target.is_floating_point() else "")
+        raise TypeError(f"{op}: target.dtype must be int32 or int64 (class indices), got {target.dtype}{hint}")
+    if logits.ndim == 0:
+        raise ValueError(f"{op}: logits must have a class axis (shape (..., V)), got a 0-d tensor")
+    if tuple(target.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(f"{op}: target must have shape logits.shape[:-1] = {tuple(logits.shape[:-1])} "
+                         f"(logits are (..., V), target (...)), got {tuple(target.shape)}")
+    if logits.shape[-1] == 0:
+        raise ValueError(f"{op}: logits must have at least one class (V >= 1), got shape {tuple(logits.shape)}")
+    if target.device != logits.device:
+        raise ValueError(f"{op}: logits and target must be on the same device, got {logits.device} and {target.device}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"{op}: ignore_index must be an int, got {type(ignore_index).__name__}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of 'none', 'mean', 'sum', got {reduction!r}")
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)):
+        raise TypeError(f"{op}: label_smoothing must be a float, got {type(label_smoothing).__name__}")
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
+
+
+def check_targets(target: torch.Tensor, V: int, ignore_index: int, op: str) -> None:
+    """Every target is ignore_index or in [0, V): one read of the targets and one sync."""
+    if target.numel() == 0:
+        return
+    bad = (target != ignore_index) & ((target < 0) | (target >= V))
+    if bool(bad.any()):
+        i = int(bad.reshape(-1).nonzero()[0, 0])
+        v = int(target.reshape(-1)[i])
+        idx = tuple(int(k) for k in torch.unravel_index(torch.tensor(i), target.shape)) if target.ndim else ()
+        raise ValueError(f"{op}: target{list(idx)} = {v} is out of range: targets must be in [0, {V}) "
+                         f"or equal ignore_index={ignore_index}")
+
+
+def check_dloss(dloss, target, logits, reduction, op: str) -> None:
+    if not isinstance(dloss, torch.Tensor):
+        raise TypeError(f"{op}: dloss must be a torch.Tensor, got {type(dloss).__name__}")
+    if not dloss.is_floating_point():
+        raise TypeError(f"{op}: dloss.dtype must be a floating-point dtype, got {dloss.dtype}")
+    want = tuple(target.shape) if reduction == "none" else ()
+    if tuple(dloss.shape) != want:
+        raise ValueError(f"{op}: dloss must have the loss's shape {want} for reduction={reduction!r}, "
+                         f"got {tuple(dloss.shape)}")
+    if dloss.device != logits.device:
+        raise ValueError(f"{op}: logits and dloss must be on the same device, got {logits.device} and {dloss.device}")
+
+
+# ----------------------------------------------------------------------------------------------
+# launchers
+# ----------------------------------------------------------------------------------------------
+def _rows(logits: torch.Tensor, target: torch.Tensor):
+    V = logits.shape[-1]
+    x = logits.reshape(-1, V)  # a view where the batch axes merge
+    if V > 1 and x.stride(1) != 1:
+        x = x.contiguous()
+    return x, target.reshape(-1)
+
+
+def _compute_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _params(eps: float, V: int, dtype, device, fallback):
+    """(eps, 1/V, EPS): float32 arguments, and for float64 kernels the tensor [eps, 1/V] they read
+    instead (Triton passes Python floats as float32)."""
+    if dtype == torch.float64:
+        return float(eps), 1.0 / V, torch.tensor([float(eps), 1.0 / V], dtype=torch.float64, device=device)
+    return float(eps), 1.0 / V, fallback
+
+
+def forward_rows(logits, target, ignore_index: int, label_smoothing: float):
+    """(per-row loss, per-row lse) in the compute dtype, shape (N,); no validation."""
+    x, t = _rows(logits, target)
+    N, V = x.shape
+    ct = _compute_dtype(logits.dtype)
+    loss = torch.empty(N, dtype=ct, device=x.device)
+    lse = torch.empty(N, dtype=ct, device=x.device)
+    if N == 0:
+        return loss, lse
+    cfg = CEConfig(N, V, logits.dtype, x.device)
+    eps, inv_v, EPS = _params(label_smoothing, V, logits.dtype, x.device, loss)
+    f64 = logits.dtype == torch.float64
+    smooth = label_smoothing > 0
+    split = cfg.n_chunks > 1
+    L.note_variant("ce_fwd", dtype=str(logits.dtype), SMOOTH=smooth, SPLIT=split, BLOCK_R=cfg.block_r, BLOCK=cfg.block)
+    if split:
+        pm = torch.empty((N, cfg.n_chunks), dtype=ct, device=x.device)
+        ps, px = torch.empty_like(pm), torch.empty_like(pm)
+    else:
+        pm = ps = px = loss
+    _ce_fwd_kernel[cfg.grid(N)](
+        x, t, loss, lse, pm, ps, px, EPS,
+        N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v,
+        F64=f64, SMOOTH=smooth, SPLIT=split, BLOCK_R=cfg.block_r, BLOCK=cfg.block, num_warps=cfg.num_warps)
+    if split:
+        nc = max(2, triton.next_power_of_2(cfg.n_chunks))
+        br = max(1, min(64, 1024 // nc))
+        L.note_variant("ce_merge", dtype=str(logits.dtype), SMOOTH=smooth, NC=nc, BLOCK_R=br)
+        _ce_merge_kernel[(triton.cdiv(N, br),)](
+            x, t, loss, lse, pm, ps, px, EPS,
+            N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, eps,
+            F64=f64, SMOOTH=smooth, BLOCK_R=br, NC=nc, num_warps=4)
+    return loss, lse
+
+
+def reduce_loss(loss_rows, target, ignore_index: int, reduction: str, dtype):
+    if reduction == "none":
+        return loss_rows.to(dtype).reshape(target.shape)
+    total = loss_rows.sum(dtype=torch.float64)  # N values: one small launch
+    if reduction == "mean":
+        total = total / (target != ignore_index).sum()  # 0 / 0 = NaN when every row is ignored
+    return total.to(dtype)
+
+
+def backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str, label_smoothing: float):
+    """dlogits (logits' dtype and shape, contiguous); no validation."""
+    x, t = _rows(logits, target)
+    N, V = x.shape
+    ct = _compute_dtype(logits.dtype)
+    dx = torch.empty((N, V), dtype=logits.dtype, device=x.device)
+    if N == 0:
+        return dx.reshape(logits.shape)
+    if reduction == "none":
+        sc = dloss.reshape(-1)  # a view (stride 0 for an expanded dloss) where possible
+    elif reduction == "sum":
+        sc = dloss.to(ct).reshape(1)
+    else:
+        sc = (dloss.to(torch.float64) / (target != ignore_index).sum()).to(ct).reshape(1)
+    ss = sc.stride(0) if sc.numel() > 1 else 0
+    cfg = CEConfig(N, V, logits.dtype, x.device)
+    eps, inv_v, EPS = _params(label_smoothing, V, logits.dtype, x.device, lse)
+    smooth = label_smoothing > 0
+    L.note_variant("ce_bwd", dtype=str(logits.dtype), SMOOTH=smooth, BLOCK_R=cfg.block_r, BLOCK=cfg.block)
+    _ce_bwd_kernel[cfg.grid(N)](
+        x, t, lse, sc, dx, EPS,
+        N, V, x.stride(0), t.stride(0), ss, dx.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v,
+        F64=logits.dtype == torch.float64, SMOOTH=smooth, BLOCK_R=cfg.block_r, BLOCK=cfg.block,
+        num_warps=cfg.num_warps)
+    return dx.reshape(logits.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# public functions (validated)
+# ----------------------------------------------------------------------------------------------
+def forward(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """(loss, lse): the validated forward; lse is per row, float32 (float64 for float64 logits)."""
+    check_args(logits, target, ignore_index, reduction, label_smoothing, "cross_entropy")
+    check_targets(target, logits.shape[-1], ignore_index, "cross_entropy")
+    loss_rows, lse = forward_rows(logits, target, ignore_index, float(label_smoothing))
+    return reduce_loss(loss_rows, target, ignore_index, reduction, logits.dtype), lse
+
+
+def backward(logits, target, dloss, lse=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """The validated backward. Given lse (the forward's), the targets are taken as the validated
+    forward's and not checked again (no second sync); the kernel never gathers by target, so an
+    out-of-range index cannot fault there, it only matches no column."""
+    name = "cross_entropy_backward"
+    check_args(logits, target, ignore_index, reduction, label_smoothing, name)
+    check_dloss(dloss, target, logits, reduction, name)
+    if lse is None:
+        check_targets(target, logits.shape[-1], ignore_index, name)
+        _, lse = forward_rows(logits, target, ignore_index, float(label_smoothing))
+    else:
+        want = (target.numel(),)
+        if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != want or lse.dtype != _compute_dtype(logits.dtype):
+            raise ValueError(f"{name}: lse must be the forward's per-row logsumexp, shape {want}, "
+                             f"dtype {_compute_dtype(logits.dtype)}")
+        lse = lse.contiguous()
+    return backward_rows(logits, target, dloss, lse, ignore_index, reduction, float(label_smoothing))
