@@ -1,6 +1,6 @@
 """Bandwidth benchmark of the project's kernels against torch eager (and torch.compile with
 --impls), in model bytes. Every ``benchmarks/cases_*.py`` module contributes cases: its
-``cases(quick, impls)`` (or ``cases(quick)``) yields dicts with op, pass_, dtype, D, N, nbytes and impls (name ->
+``cases(quick[, impls_wanted])`` yields dicts with op, pass_, dtype, D, N, nbytes and impls (name ->
 zero-argument callable, or None where that implementation does not apply). Each is timed with
 ``triton.testing.do_bench`` (median); the script reports GB/s and the fraction of a
 device-to-device copy measured in the same run, writes bench.json and one PNG per op and pass,
@@ -39,6 +39,28 @@ def copy_bw():
     return 2 * 2**28 * 4 / ms / 1e6  # GB/s
 
 
+def run_module(name, quick, impls, C, rows):
+    mod = importlib.import_module(f"cases_{name}")
+    kw = {"impls_wanted": impls} if "impls_wanted" in inspect.signature(mod.cases).parameters else {}
+    for case in mod.cases(quick, **kw):
+        for impl, fn in case["impls"].items():
+            if fn is None or impl not in impls:
+                continue
+            try:
+                ms = bench(fn)
+                gbs = case["nbytes"] / ms / 1e6
+            except Exception as e:  # record, keep going
+                ms = gbs = float("nan")
+                print(f"{case['op']} {case['pass_']} {impl} D={case['D']}: {type(e).__name__}: {str(e)[:300]}",
+                      file=sys.stderr)
+            rows.append(dict(op=case["op"], pass_=case["pass_"], dtype=case["dtype"], D=case["D"], N=case["N"],
+                             impl=impl, ms=ms, gbs=gbs, frac=gbs / C))
+            print(f"  {case['op']} {case['pass_']} {case['dtype']} D={case['D']} {impl}: {gbs:.0f} GB/s "
+                  f"({gbs / C:.2f} of copy)", file=sys.stderr, flush=True)
+        del case
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer row lengths")
@@ -53,25 +75,10 @@ def main():
     C = copy_bw()
     rows = []
     for name in names:
-        mod = importlib.import_module(f"cases_{name}")
-        takes_impls = len(inspect.signature(mod.cases).parameters) > 1
-        for case in (mod.cases(args.quick, impls) if takes_impls else mod.cases(args.quick)):
-            for impl, fn in case["impls"].items():
-                if fn is None or impl not in impls:
-                    continue
-                try:
-                    ms = bench(fn)
-                    gbs = case["nbytes"] / ms / 1e6
-                except Exception as e:  # record, keep going
-                    ms = gbs = float("nan")
-                    print(f"{case['op']} {case['pass_']} {impl} D={case['D']}: {type(e).__name__}: {str(e)[:300]}",
-                          file=sys.stderr)
-                rows.append(dict(op=case["op"], pass_=case["pass_"], dtype=case["dtype"], D=case["D"], N=case["N"],
-                                 impl=impl, ms=ms, gbs=gbs, frac=gbs / C))
-                print(f"  {case['op']} {case['pass_']} {case['dtype']} D={case['D']} {impl}: {gbs:.0f} GB/s "
-                      f"({gbs / C:.2f} of copy)", file=sys.stderr, flush=True)
-            del case
-            torch.cuda.empty_cache()
+        try:
+            run_module(name, args.quick, impls, C, rows)
+        except Exception as e:  # a broken case module must not cost the others' results
+            print(f"cases_{name}: {type(e).__name__}: {str(e)[:500]}", file=sys.stderr, flush=True)
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump(dict(copy_gbs=C, device=torch.cuda.get_device_name(0), torch=torch.__version__,
                        triton=triton.__version__, rows=rows), f, indent=1)

@@ -54,7 +54,7 @@ def _impls(ours, eager, args, want):
     return impls
 
 
-def cases(quick: bool, impls=("ours", "torch", "compile")):
+def cases(quick: bool, impls_wanted=("ours", "torch", "compile")):
     dev = "cuda"
     attn = [(torch.float32, 32768 * 32, 128), (torch.bfloat16, 65536 * 32, 128)]
     smax = [(torch.float32, 32768, 4096), (torch.bfloat16, 65536, 4096)]
@@ -69,7 +69,7 @@ def cases(quick: bool, impls=("ours", "torch", "compile")):
         lse_b = torch.randn(N, device=dev) * 4
         args = (o_a, lse_a, o_b, lse_b)
         yield dict(op="attention_merge", pass_="fwd", dtype=str(dtype).replace("torch.", ""), D=D, N=N,
-                   nbytes=3 * N * D * s, impls=_impls(kernels.attention_merge, eager_attention_merge, args, impls))
+                   nbytes=3 * N * D * s, impls=_impls(kernels.attention_merge, eager_attention_merge, args, impls_wanted))
         del o_a, o_b, lse_a, lse_b, args
         torch.cuda.empty_cache()
     for dtype, N, D in smax:
@@ -81,6 +81,6 @@ def cases(quick: bool, impls=("ours", "torch", "compile")):
         lse_b = torch.randn(N, device=dev) * 4
         args = (p_a, lse_a, p_b, lse_b)
         yield dict(op="softmax_merge", pass_="fwd", dtype=str(dtype).replace("torch.", ""), D=D, N=N,
-                   nbytes=2 * N * D * s, impls=_impls(kernels.softmax_merge, eager_softmax_merge, args, impls))
+                   nbytes=2 * N * D * s, impls=_impls(kernels.softmax_merge, eager_softmax_merge, args, impls_wanted))
         del p_a, p_b, lse_a, lse_b, args
         torch.cuda.empty_cache()

@@ -62,6 +62,7 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
             print("softmax_merge ok", dt, BR, BD)
         except Exception as e:
             print("softmax_merge FAIL", dt, BR, BD, str(e)[-1500:]); raise SystemExit(1)
+
 # cross-entropy: forward (whole-row and split), merge and backward, 16-bit / fp32 / fp64, with and
 # without label smoothing, at the GPU tile sizes (8192 / 4096 / 2048 columns) and a small-V 2-D tile
 from kernels import _cross_entropy as CE

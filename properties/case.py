@@ -314,6 +314,31 @@ class MergeCase:
             parts.append(f"x{c}: shape={tuple(x.shape)} strides={tuple(x.stride())} "
                          f"layout={self.layout.kind}{'(' + str(self.layout.k) + ')' if self.layout.k else ''}; "
                          f"lse{c}: shape={tuple(lse.shape)} strides={tuple(lse.stride())} layout={self.lse_layout}")
+        return "\n  ".join(parts)
+
+    def reproducer(self, target_name: str, call: str = None) -> str:
+        lines = ["import torch", f"import {target_name} as target", "inf, nan = float(\"inf\"), float(\"nan\")"]
+        big = False
+        for c in range(len(self.bounds())):
+            x, lse = self.state([c])
+            for var, V in ((f"x{c}", x), (f"lse{c}", lse)):
+                if V.numel() <= EXPLICIT_MAX:
+                    dt = f"torch.{str(V.dtype).replace('torch.', '')}"
+                    flat = ", ".join(_fmt(v) for v in V.double().reshape(-1).tolist())
+                    lines.append(f"V = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)})")
+                else:
+                    if not big:
+                        lines.append("from properties.case import MergeCase\nfrom properties.strategies import Layout, Logits")
+                        lines.append(f"case = {self!r}")
+                        big = True
+                    lines.append(f"V = case.state([{c}])[{0 if var[0] == 'x' else 1}]")
+                code = self.layout.code(var) if var[0] == "x" else lse_layout_code(self.lse_layout, var, self.layout)
+                lines.append(code)
+        lines += call.splitlines() if call else tree_code(self.tree, self.op)
+        lines.append("print(out)")
+        return "\n".join(lines)
+
+
 def ce_batch(inp: Input) -> tuple:
     lay = inp.layout
     return ((lay.k,) if lay.kind == "expanded" else ()) + tuple(inp.batch)
@@ -381,23 +406,6 @@ class CECase:
 
     def reproducer(self, target_name: str, call: str = None) -> str:
         lines = ["import torch", f"import {target_name} as target", "inf, nan = float(\"inf\"), float(\"nan\")"]
-        big = False
-        for c in range(len(self.bounds())):
-            x, lse = self.state([c])
-            for var, V in ((f"x{c}", x), (f"lse{c}", lse)):
-                if V.numel() <= EXPLICIT_MAX:
-                    dt = f"torch.{str(V.dtype).replace('torch.', '')}"
-                    flat = ", ".join(_fmt(v) for v in V.double().reshape(-1).tolist())
-                    lines.append(f"V = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)})")
-                else:
-                    if not big:
-                        lines.append("from properties.case import MergeCase\nfrom properties.strategies import Layout, Logits")
-                        lines.append(f"case = {self!r}")
-                        big = True
-                    lines.append(f"V = case.state([{c}])[{0 if var[0] == 'x' else 1}]")
-                code = self.layout.code(var) if var[0] == "x" else lse_layout_code(self.lse_layout, var, self.layout)
-                lines.append(code)
-        lines += call.splitlines() if call else tree_code(self.tree, self.op)
         lines.append(values_code(self.logits.values(), self.logits))
         lines.append(self.logits.layout.code("logits"))
         # the class indices are `labels` here: `target` is the module under test

@@ -801,6 +801,9 @@ def merge_row_independence(case, target):
             fail("merge_row_independence", case, target, f"row 0 of {nm} changed when the other rows changed", j,
                  a0[j], b0[j], out_name=f"{nm}[0]",
                  call="\n".join(tree_code(case.tree, case.op) + ["# vs the same with rows 1.. of every state replaced by nan/inf/-inf/max"]))
+
+
+# ==============================================================================================
 # cross-entropy (ops "cross_entropy" and "cross_entropy_backward", drawn as CECase: logits,
 # class-index targets, options, and for the backward the cotangent dloss). Every target call
 # passes the case's keyword options (ignore_index, reduction, label_smoothing).

@@ -148,8 +148,6 @@ def test_layout_planner_covers_strided_batches():
 # ---------------------------------------------------------------------------- merges
 def _same_bits(a, b) -> bool:
     """Equal values (relative 1e-12), NaN where NaN, and the sign of zeros alike."""
-# ---------------------------------------------------------------------------- cross-entropy
-def _same(a, b):
     a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
     b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
     if a.shape != b.shape:
@@ -237,6 +235,35 @@ def test_merge_cpu_tensor_outside_interpreter_is_refused(monkeypatch):
     for f, x in ((kernels.softmax_merge, "p_a"), (kernels.attention_merge, "o_a")):
         with pytest.raises(ValueError, match=rf"{x} is on device 'cpu', but the Triton kernels run on CUDA tensors"):
             f(torch.ones(2, 3), torch.ones(2), torch.ones(2, 3), torch.ones(2))
+
+
+@settings(max_examples=25)
+@given(st.data())
+def test_merge_reproducer_rebuilds_the_exact_states(data):
+    """A MergeCase's printed reproducer, executed, yields bitwise every chunk state (values,
+    shapes, strides) the case fed the target, and its merge calls name the tree's steps."""
+    op = data.draw(st.sampled_from(["softmax_merge", "attention_merge"]))
+    case = data.draw(S.merge_cases(op))
+    code = case.reproducer("kernels", call="out = None")
+    scope = {}
+    exec(code, scope)
+    for c, (x, lse) in case.leaf_tensors().items():
+        for name, t in ((f"x{c}", x), (f"lse{c}", lse)):
+            r = scope[name]
+            assert r.shape == t.shape and r.dtype == t.dtype, name
+            assert r.stride() == t.stride() or t.numel() == 0, name  # an empty tensor's strides are arbitrary
+            assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
+    from .case import tree_code, tree_depth
+    lines = tree_code(case.tree, op)
+    assert len(lines) == max(1, len(case.bounds()) - 1) and (tree_depth(case.tree) == 0 or lines[-1].startswith("out = target."))
+
+
+# ---------------------------------------------------------------------------- cross-entropy
+def _same(a, b):
+    a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
+    b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
+    if a.shape != b.shape:
+        return False
     close = torch.isclose(a, b, rtol=1e-12, atol=1e-300) | (a == b)
     return bool((close | (torch.isnan(a) & torch.isnan(b))).all())
 
@@ -344,23 +371,6 @@ def test_ce_never_modifies_logits_under_autograd():
 
 @settings(max_examples=25)
 @given(st.data())
-def test_merge_reproducer_rebuilds_the_exact_states(data):
-    """A MergeCase's printed reproducer, executed, yields bitwise every chunk state (values,
-    shapes, strides) the case fed the target, and its merge calls name the tree's steps."""
-    op = data.draw(st.sampled_from(["softmax_merge", "attention_merge"]))
-    case = data.draw(S.merge_cases(op))
-    code = case.reproducer("kernels", call="out = None")
-    scope = {}
-    exec(code, scope)
-    for c, (x, lse) in case.leaf_tensors().items():
-        for name, t in ((f"x{c}", x), (f"lse{c}", lse)):
-            r = scope[name]
-            assert r.shape == t.shape and r.dtype == t.dtype, name
-            assert r.stride() == t.stride() or t.numel() == 0, name  # an empty tensor's strides are arbitrary
-            assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
-    from .case import tree_code, tree_depth
-    lines = tree_code(case.tree, op)
-    assert len(lines) == max(1, len(case.bounds()) - 1) and (tree_depth(case.tree) == 0 or lines[-1].startswith("out = target."))
 def test_ce_reproducer_rebuilds_the_exact_tensors(data):
     """A CECase's reproducer, executed as printed (calling the kernels), yields bitwise its logits,
     class indices (``labels``: ``target`` is the module) and dloss, strides too, and an output."""

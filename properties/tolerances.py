@@ -183,6 +183,9 @@ def merge_lse_bound(dtype, depth, lam, n_keys=0, leaves=True):
     H = max(int(depth), 1)
     b = H * t.u_c * (2 * lam + 12) + (t.u_c * lam if leaves else 0.0)
     return b + U_ORACLE * (lam + n_keys + 4 * 745)
+
+
+# ----------------------------------------------------------------------------------------------
 # cross-entropy (per row i, target t, eps = label_smoothing, V classes, m the row max)
 # ----------------------------------------------------------------------------------------------
 def ce_lse_error(u, lse, H, dep, logs):
