@@ -6,7 +6,7 @@ zero-argument callable, or None where that implementation does not apply). Each 
 device-to-device copy measured in the same run, writes bench.json and one PNG per op and pass,
 and prints the table last.
 
-    python benchmarks/bench.py [--quick] [--only softmax,merge] [--impls ours,torch,compile] [--out DIR]
+    python benchmarks/bench.py [--quick] [--only softmax,merge] [--impls ours,torch,compile] [--ds 128,4096] [--out DIR]
 """
 from __future__ import annotations
 
@@ -39,9 +39,12 @@ def copy_bw():
     return 2 * 2**28 * 4 / ms / 1e6  # GB/s
 
 
-def run_module(name, quick, impls, C, rows):
+def run_module(name, quick, impls, C, rows, ds=None):
     mod = importlib.import_module(f"cases_{name}")
-    kw = {"impls_wanted": impls} if "impls_wanted" in inspect.signature(mod.cases).parameters else {}
+    params = inspect.signature(mod.cases).parameters
+    kw = {"impls_wanted": impls} if "impls_wanted" in params else {}
+    if ds and "ds" in params:
+        kw["ds"] = ds
     for case in mod.cases(quick, **kw):
         for impl, fn in case["impls"].items():
             if fn is None or impl not in impls:
@@ -66,6 +69,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer row lengths")
     ap.add_argument("--only", default="", help="comma-separated case modules (softmax, merge, ce, ...)")
     ap.add_argument("--impls", default="ours,torch", help="implementations to time (ours, torch, compile)")
+    ap.add_argument("--ds", default="", help="comma-separated row lengths, for modules that take them (softmax)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     impls = set(args.impls.split(","))
@@ -76,7 +80,7 @@ def main():
     rows = []
     for name in names:
         try:
-            run_module(name, args.quick, impls, C, rows)
+            run_module(name, args.quick, impls, C, rows, [int(d) for d in args.ds.split(",") if d])
         except Exception as e:  # a broken case module must not cost the others' results
             print(f"cases_{name}: {type(e).__name__}: {str(e)[:500]}", file=sys.stderr, flush=True)
     with open(os.path.join(args.out, "bench.json"), "w") as f:

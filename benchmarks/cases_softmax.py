@@ -14,8 +14,8 @@ def _compiled(fn):
     return torch.compile(fn, dynamic=False)
 
 
-def cases(quick: bool, impls_wanted=("ours", "torch", "compile")):
-    Ds = [128, 4096, 65536, 262144] if quick else [128, 1024, 4096, 16384, 65536, 262144, 1048576]
+def cases(quick: bool, impls_wanted=("ours", "torch", "compile"), ds=None):
+    Ds = ds or ([128, 4096, 65536, 262144] if quick else [128, 1024, 4096, 16384, 65536, 262144, 1048576])
     c_sm = _compiled(lambda x: torch.softmax(x, -1)) if "compile" in impls_wanted else None
     c_lsm = _compiled(lambda x: torch.log_softmax(x, -1)) if "compile" in impls_wanted else None
     c_lse = _compiled(lambda x: torch.logsumexp(x, -1)) if "compile" in impls_wanted else None

@@ -216,6 +216,8 @@ def _bwd_kernel(
         dx = tl.where(plain[:, None], a * (g - full[:, None]), ldexp(a * (gs - tot[:, None]), k[:, None]))
     else:
         ez = tl.exp(a.to(CT)).to(tl.float64)
+        # exp(z) > 0 for z > -inf: times an infinite sum it is infinite even where exp underflows
+        ez = tl.where((ez == 0.0) & (a > float("-inf")) & (tl.abs(tot) == float("inf"))[:, None], 1.0, ez)
         dx = tl.where(plain[:, None], g - ez * full[:, None], ldexp(gs - ez * tot[:, None], k[:, None]))
         dx = tl.where((ez == 0.0) & (tl.abs(tot) < float("inf"))[:, None], g, dx)  # exp(z) = 0: dx = g
     doff = _row_off(rows, n1, sd0, sd1)
@@ -328,7 +330,10 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         else:
             ps = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=a.device)
             pk = torch.empty_like(ps)
-            nc = _nc(cfg)
+            # the partials are read as a [1, BLOCK_D] tile, like the data: a [1, NC] tile's per-row
+            # sums broadcast back onto [1, BLOCK_D] went through shared memory (4096 stores of
+            # 16 bytes per thread in the PTX, triton 3.6; the split backward ran at 0.01 of copy)
+            nc = cfg.block_d if cfg.n_chunks <= cfg.block_d else _nc(cfg)
             for phase in (PARTIAL, FINISH):
                 ncp = nc if phase == FINISH else 1
                 L.note_variant("bwd", PHASE=phase, dtype=str(a.dtype), NC=ncp, **common)

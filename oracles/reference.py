@@ -7,6 +7,8 @@ Edge rows (oracles/semantics.py): a row whose max is not finite (it holds NaN or
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -64,7 +66,10 @@ def log_softmax_backward(z: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
     s = _scale(g)
     gs = g / s
     scaled = (gs - ez * gs.sum(-1, keepdim=True)) * s
-    dx = torch.where(torch.isinf(S) & _finite_rows(z, g), scaled, g - ez * S)
+    # exp(z) > 0 for every z > -inf, so exp(z) * (+-inf) is +-inf even where exp(z) underflows
+    # (float64 below z = -745; a float32 kernel's exp below -103): only exp(-inf) = 0 gives NaN
+    ez_inf = torch.where((ez == 0) & (z > -math.inf) & torch.isinf(S), 1.0, ez)
+    dx = torch.where(torch.isinf(S) & _finite_rows(z, g), scaled, g - ez_inf * S)
     # exp(z) = 0 exactly: dx = g exactly (0 * a sum that only overflowed is 0)
     return torch.where((ez == 0) & _finite_rows(g, g), g, dx)
 

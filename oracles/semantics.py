@@ -25,7 +25,8 @@ SEMANTICS = [
 
 # Backward (explicit VJPs) follow their formulas literally, with IEEE NaN semantics:
 #   softmax_backward:     dx = y * (dy - sum(y * dy))   -> a NaN or inf in y or dy poisons the row
-#   log_softmax_backward: dx = dz - exp(z) * sum(dz)
+#   log_softmax_backward: dx = dz - exp(z) * sum(dz), with exp(z) > 0 for every z > -inf: an
+#                         infinite sum(dz) gives an infinite dx there even where exp(z) underflows
 # Only rows are coupled: other rows are never affected by a poisoned row.
 
 

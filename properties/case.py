@@ -21,14 +21,24 @@ def _fmt(v: float) -> str:
     return repr(v)
 
 
+# Every reproducer starts with these lines: its tensors live where the suite ran the target (CUDA
+# when present and the interpreter is off, else the CPU), so it can be pasted and run on either.
+PREAMBLE = ["import os", "import torch", "{import_target}", 'inf, nan = float("inf"), float("nan")',
+            'device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"']
+
+
+def preamble(target_name: str) -> list:
+    return [line.replace("{import_target}", f"import {target_name} as target") for line in PREAMBLE]
+
+
 def values_code(V: torch.Tensor, inp: Input, var: str = "V") -> str:
     """Code that rebuilds the logical values V exactly, as the variable `var`."""
     dt = f"torch.{str(V.dtype).replace('torch.', '')}"
     if V.numel() <= EXPLICIT_MAX:
         flat = ", ".join(_fmt(v) for v in V.double().reshape(-1).tolist())
-        return f"{var} = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)})"
+        return f"{var} = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)}).to(device)"
     return (f"from properties.strategies import Logits\n"
-            f"{var} = {inp.logits!r}.values().reshape({inp.shape})")
+            f"{var} = {inp.logits!r}.values().reshape({inp.shape}).to(device)")
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,7 @@ class Case:
         return "\n  ".join(parts)
 
     def reproducer(self, target_name: str, call: str = None) -> str:
-        lines = ["import torch", f"import {target_name} as target", "inf, nan = float(\"inf\"), float(\"nan\")"]
+        lines = preamble(target_name)
         for i, (inp, name) in enumerate(zip(self.inputs, self.spec.args)):
             if i == 0 and self.spec.is_vjp:
                 lines.append("import oracles  # the suite's FP64 oracles")
@@ -317,7 +327,7 @@ class MergeCase:
         return "\n  ".join(parts)
 
     def reproducer(self, target_name: str, call: str = None) -> str:
-        lines = ["import torch", f"import {target_name} as target", "inf, nan = float(\"inf\"), float(\"nan\")"]
+        lines = preamble(target_name)
         big = False
         for c in range(len(self.bounds())):
             x, lse = self.state([c])
@@ -325,13 +335,13 @@ class MergeCase:
                 if V.numel() <= EXPLICIT_MAX:
                     dt = f"torch.{str(V.dtype).replace('torch.', '')}"
                     flat = ", ".join(_fmt(v) for v in V.double().reshape(-1).tolist())
-                    lines.append(f"V = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)})")
+                    lines.append(f"V = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)}).to(device)")
                 else:
                     if not big:
                         lines.append("from properties.case import MergeCase\nfrom properties.strategies import Layout, Logits")
                         lines.append(f"case = {self!r}")
                         big = True
-                    lines.append(f"V = case.state([{c}])[{0 if var[0] == 'x' else 1}]")
+                    lines.append(f"V = case.state([{c}], device)[{0 if var[0] == 'x' else 1}]")
                 code = self.layout.code(var) if var[0] == "x" else lse_layout_code(self.lse_layout, var, self.layout)
                 lines.append(code)
         lines += call.splitlines() if call else tree_code(self.tree, self.op)
@@ -405,7 +415,7 @@ class CECase:
         return "\n  ".join(parts)
 
     def reproducer(self, target_name: str, call: str = None) -> str:
-        lines = ["import torch", f"import {target_name} as target", "inf, nan = float(\"inf\"), float(\"nan\")"]
+        lines = preamble(target_name)
         lines.append(values_code(self.logits.values(), self.logits))
         lines.append(self.logits.layout.code("logits"))
         # the class indices are `labels` here: `target` is the module under test

@@ -470,17 +470,19 @@ class Targets:
     JUNK = 2**30
 
     def code(self, name: str, shape) -> str:
-        vals = f"torch.tensor({list(self.values)}, dtype=torch.{self.dtype})"
+        """Code building tensor `name` on `device` (a variable of the reproducer)."""
+        vals = f"torch.tensor({list(self.values)}, dtype=torch.{self.dtype}, device=device)"
         if self.stride == 1:
             return f"{name} = {vals}.reshape({tuple(shape)})"
         n = len(self.values)
-        return (f"base = torch.full(({n * self.stride},), {self.JUNK}, dtype=torch.{self.dtype})\n"
+        return (f"base = torch.full(({n * self.stride},), {self.JUNK}, dtype=torch.{self.dtype}, device=device)\n"
                 f"base[::{self.stride}] = {vals}\n{name} = base[::{self.stride}].view({tuple(shape)})")
 
     def tensor(self, shape, device="cpu", name="target") -> torch.Tensor:
-        scope = {"torch": torch}
+        # built on the device: Tensor.to() would make a strided layout contiguous
+        scope = {"torch": torch, "device": device}
         exec(_compiled(self.code(name, shape)), scope)
-        return scope[name].to(device) if device != "cpu" else scope[name]
+        return scope[name]
 
 
 @dataclass(frozen=True)
@@ -498,26 +500,28 @@ class DLoss:
         kind, *args = self.fill
         if kind == "const" or self.layout == "expanded":
             v = float(args[0]) if kind == "const" else 1.0
-            return f"DV = torch.full({tuple(shape)}, {v!r}, dtype=torch.float64).to(torch.{dtype})"
+            return f"DV = torch.full({tuple(shape)}, {v!r}, dtype=torch.float64).to(torch.{dtype}).to(device)"
         seed, scale = args
         return (f"import numpy as np\nDV = torch.from_numpy(np.asarray(np.random.default_rng({seed}).standard_normal("
-                f"{tuple(shape)}) * {scale!r})).to(torch.{dtype})")
+                f"{tuple(shape)}) * {scale!r})).to(torch.{dtype}).to(device)")
 
     def code(self, name: str, shape, dtype: str) -> str:
+        """Code building tensor `name` on `device` (a variable of the reproducer)."""
         lines = [self.values_code(shape, dtype)]
-        if self.layout == "expanded" and len(shape):
+        if self.layout == "expanded" and len(shape) and math.prod(shape) > 0:
             lines.append(f"{name} = DV.reshape(-1)[:1].reshape(()).expand({tuple(shape)})")
         elif self.layout == "strided" and len(shape):
-            lines.append(f"base = torch.full((DV.numel() * {self.k},), float('nan'), dtype=DV.dtype)\n"
+            lines.append(f"base = torch.full((DV.numel() * {self.k},), float('nan'), dtype=DV.dtype, device=DV.device)\n"
                          f"base[::{self.k}] = DV.reshape(-1)\n{name} = base[::{self.k}].view({tuple(shape)})")
         else:
             lines.append(f"{name} = DV.clone()")
         return "\n".join(lines)
 
     def tensor(self, shape, dtype: str, device="cpu", name="dloss") -> torch.Tensor:
-        scope = {"torch": torch}
+        # built on the device: Tensor.to() would make stride-0 and strided layouts contiguous
+        scope = {"torch": torch, "device": device}
         exec(_compiled(self.code(name, shape, dtype)), scope)
-        return scope[name].to(device) if device != "cpu" else scope[name]
+        return scope[name]
 
 
 def ce_options():
@@ -597,6 +601,10 @@ def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False):
         eps = 0.0
     fam = [f for f in families if f not in (CONFIDENT, OUT_OF_RANGE)] or list(FAMILIES)
     inp = draw(inputs(dtype, BOUNDARIES.values, tuple(fam), allow_empty=True, cols=cols), label="logits")
+    if confident and inp.layout.kind == "expanded":
+        # an expanded batch repeats one logits row for several targets: it cannot be confident
+        # about each of them, so confident rows are laid out contiguously
+        inp = Input(inp.logits, inp.batch, Layout("contiguous", 0))
     rows = inp.logits.rows * (inp.layout.k if inp.layout.kind == "expanded" else 1)
     targets = draw(ce_targets(rows, cols, ignore_index, invalid_target), label="target")
     if confident:

@@ -124,8 +124,8 @@ def test_reproducer_rebuilds_the_exact_tensors(data):
     code = case.reproducer("kernels", call="out = None")
     scope = {}
     exec(code, scope)
-    for name, t in zip(case.spec.args, case.tensors()):
-        r = scope[name]
+    for name, t in zip(case.spec.args, case.tensors(DEV)):
+        r = scope[name]  # built on the reproducer's device, which is DEV
         assert r.shape == t.shape and r.stride() == t.stride() and r.dtype == t.dtype
         assert bool(((r == t) | (r.isnan() & t.isnan())).all())
 
@@ -158,6 +158,23 @@ def _same_bits(a, b) -> bool:
     return bool((both_nan | (close & zeros_alike)).all())
 
 
+def _within_4_ulps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, NaN where b is NaN, infinities and zeros (with their signs) exactly, and
+    elsewhere |a - b| <= 4 ulp of b in b's dtype."""
+    a, b = a.reshape(-1), b.reshape(-1)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a64, b64 = a.double(), b.double()
+    exact = torch.isnan(b64) | torch.isinf(b64) | (b64 == 0)
+    ulp = torch.finfo(b.dtype).eps * b64.abs().clamp_min(torch.finfo(b.dtype).tiny)
+    close = (a64 - b64).abs() <= 4 * ulp
+    return bool(torch.where(exact, _same_bits_elementwise(a, b), close).all())
+
+
+def _same_bits_elementwise(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return ((a == b) & (torch.signbit(a) == torch.signbit(b))) | (torch.isnan(a) & torch.isnan(b))
+
+
 @pytest.mark.parametrize("what,la,xa,lb,xb,p,o,lse", oracles.MERGE_SEMANTICS, ids=[r[0] for r in oracles.MERGE_SEMANTICS])
 def test_merge_semantics_table(what, la, xa, lb, xb, p, o, lse):
     """Every row of MERGE_SEMANTICS holds for the FP64 merge oracle and the project's kernels
@@ -169,13 +186,17 @@ def test_merge_semantics_table(what, la, xa, lb, xb, p, o, lse):
         want_lse = torch.tensor([lse], dtype=ld).double()  # the table's lse, rounded to the lse dtype
         for impl, sm, am in (("oracle", oracles.softmax_merge, oracles.attention_merge),
                              ("kernels", kernels.softmax_merge, kernels.attention_merge)):
+            # float32 kernels on a GPU use exp/log/division approximations (ex2.approx, lg2.approx,
+            # div.full: about 2 ulp each), so their arithmetic rows may differ by a few ulps; NaN,
+            # infinities, zero signs and the exact rows (identities, empty sides) must still match
+            same = _same_bits if (impl == "oracle" or dt == torch.float64) else _within_4_ulps
             got_p, got_l = (t.cpu().to(d) for t, d in zip(sm(*args), (dt, ld)))  # oracle: FP64, rounded
-            assert _same_bits(got_p, torch.tensor(p, dtype=torch.float64).to(dt)), f"{impl} softmax_merge [{what}] {dt}: p={got_p.tolist()}, table says {p}"
-            assert _same_bits(got_l, want_lse), f"{impl} softmax_merge [{what}] {dt}: lse={got_l.tolist()}, table says {lse}"
+            assert same(got_p, torch.tensor(p, dtype=torch.float64).to(dt)), f"{impl} softmax_merge [{what}] {dt}: p={got_p.tolist()}, table says {p}"
+            assert same(got_l, want_lse.to(ld)), f"{impl} softmax_merge [{what}] {dt}: lse={got_l.tolist()}, table says {lse}"
             if o is not None:
                 got_o, got_l = (t.cpu().to(d) for t, d in zip(am(*args), (dt, ld)))
-                assert _same_bits(got_o, torch.tensor(o, dtype=torch.float64).to(dt)), f"{impl} attention_merge [{what}] {dt}: o={got_o.tolist()}, table says {o}"
-                assert _same_bits(got_l, want_lse), f"{impl} attention_merge [{what}] {dt}: lse={got_l.tolist()}"
+                assert same(got_o, torch.tensor(o, dtype=torch.float64).to(dt)), f"{impl} attention_merge [{what}] {dt}: o={got_o.tolist()}, table says {o}"
+                assert same(got_l, want_lse.to(ld)), f"{impl} attention_merge [{what}] {dt}: lse={got_l.tolist()}"
 
 
 @pytest.mark.parametrize("row_a", oracles.SEMANTICS, ids=[r[0] for r in oracles.SEMANTICS])
@@ -247,7 +268,7 @@ def test_merge_reproducer_rebuilds_the_exact_states(data):
     code = case.reproducer("kernels", call="out = None")
     scope = {}
     exec(code, scope)
-    for c, (x, lse) in case.leaf_tensors().items():
+    for c, (x, lse) in case.leaf_tensors(DEV).items():
         for name, t in ((f"x{c}", x), (f"lse{c}", lse)):
             r = scope[name]
             assert r.shape == t.shape and r.dtype == t.dtype, name
@@ -378,7 +399,7 @@ def test_ce_reproducer_rebuilds_the_exact_tensors(data):
     scope = {}
     exec(case.reproducer("kernels"), scope)
     assert isinstance(scope["out"], torch.Tensor)
-    for name, t in zip(("logits", "labels", "dloss"), case.tensors()):
+    for name, t in zip(("logits", "labels", "dloss"), case.tensors(DEV)):
         r = scope[name]
         assert r.shape == t.shape and r.stride() == t.stride() and r.dtype == t.dtype, name
         assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
