@@ -236,8 +236,15 @@ class MergeCase:
     def state(self, chunks, device="cpu"):
         """(x, lse) of the union of the given chunks' columns (in that order): FP64 one-shot truth
         rounded to dtype / lse dtype, garbage where lse is -inf (from the first listed chunk that
-        has a garbage value)."""
+        has a garbage value). Computed on the CPU and then moved to device, so the states are the
+        same bits on every device: those the reproducer prints are those the target was fed
+        (a GPU's float64 exp/log can differ from the CPU's in the last bit)."""
+        x, lse = self._state_cpu(tuple(chunks))
+        return x.to(device), lse.to(device)
+
+    def _state_cpu(self, chunks):
         import oracles
+        device = "cpu"
         cols = torch.tensor(self.chunk_cols(chunks), dtype=torch.long, device=device)
         s = self.score_values(device).index_select(-1, cols)
         if self.op == "softmax_merge":

@@ -321,10 +321,13 @@ def vjp_rows_sum_to_zero(case, target):
     dx = run(target, case.op, a, g).double()
     ref, tol = truth(case.op, case.dtype, [a, g])
     a64, g64 = a.double(), g.double()
+    # in units of s, the power of two above max |g| (clamped at 2**1023), so the FP64 sum cannot
+    # overflow where the exact term is finite (float64 cotangents near finfo.max)
+    s = oracles.reference._scale(g64)
     if case.op == "softmax_backward":
-        expected = (a64 * g64).sum(-1) * (1 - a64.sum(-1))
+        expected = ((a64 * (g64 / s)).sum(-1) * (1 - a64.sum(-1))) * s[..., 0]
     else:
-        expected = g64.sum(-1) * (1 - torch.exp(a64).sum(-1))
+        expected = ((g64 / s).sum(-1) * (1 - torch.exp(a64).sum(-1))) * s[..., 0]
     # rows whose exact VJP overflows the dtype are excluded: there inf is the right output
     fits = (ref.abs() <= torch.finfo(case.dtype).max).all(-1)
     rows = finite_rows(a) & finite_rows(g) & fits
@@ -1069,7 +1072,9 @@ def ce_confident_bf16_rows_keep_gradient(case, target):
     tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
     rt = torch.gather(ref, -1, tc[..., None])[..., 0]
     tt = torch.gather(tol, -1, tc[..., None])[..., 0]
-    rows = ~ign & (rt != 0) & torch.isfinite(rt)
+    # rows whose gradient a tiny dloss pushed below 2**-100 are skipped: there the bfloat16 output
+    # is subnormal or close to it, and no bound resolves 1 - p_t (seen with dloss = 2**-126)
+    rows = ~ign & (rt.abs() >= 2.0**-100) & torch.isfinite(rt)
     assume(bool(rows.any()))
     assert bool((tt[rows] < rt[rows].abs() / 4).all()), "harness: the bound does not resolve 1 - p_t"
     dx = ce_run(case, target, x, t, dl)
