@@ -21,22 +21,24 @@ def _fmt(v: float) -> str:
     return repr(v)
 
 
-# Every reproducer starts with these lines: its tensors live where the suite ran the target (CUDA
-# when present and the interpreter is off, else the CPU), so it can be pasted and run on either.
-PREAMBLE = ["import os", "import torch", "{import_target}", 'inf, nan = float("inf"), float("nan")',
+def preamble(target_name: str) -> list:
+    """The first lines of every reproducer: its tensors live where the suite ran the target (CUDA
+    when present and the interpreter is off, else the CPU), so it can be pasted and run on either."""
+    return ["import os", "import torch", f"import {target_name} as target", 'inf, nan = float("inf"), float("nan")',
             'device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"']
 
 
-def preamble(target_name: str) -> list:
-    return [line.replace("{import_target}", f"import {target_name} as target") for line in PREAMBLE]
+def explicit_code(V: torch.Tensor, var: str = "V") -> str:
+    """Code that rebuilds V from its values written out, exactly, on the reproducer's device."""
+    dt = f"torch.{str(V.dtype).replace('torch.', '')}"
+    flat = ", ".join(_fmt(v) for v in V.double().reshape(-1).tolist())
+    return f"{var} = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)}).to(device)"
 
 
 def values_code(V: torch.Tensor, inp: Input, var: str = "V") -> str:
     """Code that rebuilds the logical values V exactly, as the variable `var`."""
-    dt = f"torch.{str(V.dtype).replace('torch.', '')}"
     if V.numel() <= EXPLICIT_MAX:
-        flat = ", ".join(_fmt(v) for v in V.double().reshape(-1).tolist())
-        return f"{var} = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)}).to(device)"
+        return explicit_code(V, var)
     return (f"from properties.strategies import Logits\n"
             f"{var} = {inp.logits!r}.values().reshape({inp.shape}).to(device)")
 
@@ -340,9 +342,7 @@ class MergeCase:
             x, lse = self.state([c])
             for var, V in ((f"x{c}", x), (f"lse{c}", lse)):
                 if V.numel() <= EXPLICIT_MAX:
-                    dt = f"torch.{str(V.dtype).replace('torch.', '')}"
-                    flat = ", ".join(_fmt(v) for v in V.double().reshape(-1).tolist())
-                    lines.append(f"V = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)}).to(device)")
+                    lines.append(explicit_code(V))
                 else:
                     if not big:
                         lines.append("from properties.case import MergeCase\nfrom properties.strategies import Layout, Logits")

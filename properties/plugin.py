@@ -39,25 +39,24 @@ STATS: dict = {}  # test id -> (examples, seconds)
 COMPILES: dict = {}  # worker -> (variants requested, Triton compilations)
 
 
-def _log(config, report):
+_LOG_PATH = None  # --properties-log, in the process that writes it (the xdist controller, or the only one)
+
+
+def _log(report):
     """--properties-log: one line per finished test, and each failure's full report, written as
     the report arrives (under xdist by the controller alone), so a run cut short by a time limit
     still leaves them."""
-    path = config.getoption("properties_log", None) if config else None
-    if not path or hasattr(config, "workerinput") or (report.when != "call" and report.passed):
+    if not _LOG_PATH or (report.when != "call" and report.passed):
         return
     n, t = next((tuple(v) for k, v in report.user_properties if k == "softmax_stats"), (0, 0.0))
-    with open(path, "a") as f:
+    with open(_LOG_PATH, "a") as f:
         f.write(f"{report.outcome.upper():8s} {report.when:5s} {report.duration:8.1f}s {n:6d} examples  {report.nodeid}\n")
         if report.failed:
             f.write(report.longreprtext + "\n" + "-" * 100 + "\n")
 
 
-_CONFIG = []
-
-
 def pytest_runtest_logreport(report):
-    _log(_CONFIG[0] if _CONFIG else None, report)
+    _log(report)
     if report.when != "call":
         return
     worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
@@ -90,14 +89,13 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    _CONFIG[:] = [config]
+    global _LOG_PATH
+    _LOG_PATH = None if hasattr(config, "workerinput") else config.getoption("properties_log", None)
     config.addinivalue_line("markers", "properties: property-based correctness tests of softmax-family kernels")
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("gpu" if torch.cuda.is_available() else "ci")
     prof = _profile_name(config)
-    lim = LIMITS.get(prof, LIMITS["dev"])
-    for k, v in vars(lim).items():
-        setattr(S.LIMITS, k, v)
+    S.set_limits(LIMITS.get(prof, LIMITS["dev"]))
     config._softmax_profile = prof
 
 

@@ -34,6 +34,15 @@ class Limits:
 LIMITS = Limits()
 
 
+def set_limits(lim: Limits) -> Limits:
+    """Make lim the active shape limits (LIMITS is shared, so it is updated in place); returns
+    the previous ones."""
+    prev = Limits(**vars(LIMITS))
+    for k, v in vars(lim).items():
+        setattr(LIMITS, k, v)
+    return prev
+
+
 def dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 

@@ -33,18 +33,28 @@ def test_fp64_oracle_matches_mpmath(row):
     assert abs(lse.item() - m_lse) <= u * (abs(m_lse) + D + 10 + 2 * 745)
 
 
+def _agrees(a, b, *, zero_signs: bool = False, atol: float = 0.0, ulps: int = 0) -> bool:
+    """a and b (tensors or lists) have one number of elements and agree elementwise: equal within
+    relative 1e-12 (and absolute atol), or within `ulps` ulp of b's dtype where b is finite and
+    nonzero; NaN where NaN; with zero_signs, zeros of the same sign."""
+    eps = torch.finfo(b.dtype).eps if isinstance(b, torch.Tensor) and b.dtype.is_floating_point else 0.0
+    a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
+    b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
+    if a.shape != b.shape:
+        return False
+    close = torch.isclose(a, b, rtol=1e-12, atol=atol) | (a == b)
+    if ulps:
+        close |= torch.isfinite(b) & (b != 0) & ((a - b).abs() <= ulps * eps * b.abs())
+    if zero_signs:
+        close &= (a != 0) | (torch.signbit(a) == torch.signbit(b))
+    return bool((close | (torch.isnan(a) & torch.isnan(b))).all())
+
+
 @pytest.mark.parametrize("what,row,sm,lsm,lse", oracles.SEMANTICS, ids=[r[0] for r in oracles.SEMANTICS])
 def test_semantics_table(what, row, sm, lsm, lse):
     """Every row of the semantics table holds for torch (the reference for meaning), the FP64
     oracle and the project's kernels."""
     x = torch.tensor(row, dtype=torch.float64).reshape(1, len(row))
-
-    def same(a, b):
-        a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
-        b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
-        both_nan = torch.isnan(a) & torch.isnan(b)
-        close = torch.isclose(a, b, rtol=1e-12, atol=0) | (a == b)
-        return bool((both_nan | close).all())
 
     for impl in ("torch", "oracle", "kernels"):
         if impl == "torch":
@@ -55,7 +65,7 @@ def test_semantics_table(what, row, sm, lsm, lse):
             xd = x.to(DEV)
             got = tuple(t.cpu() for t in (kernels.softmax(xd), kernels.log_softmax(xd), kernels.logsumexp(xd)))
         for name, g, want in zip(("softmax", "log_softmax", "logsumexp"), got, (sm, lsm, lse)):
-            assert same(g, want), f"{impl} {name}({row}) = {g.tolist()}, table says {want}"
+            assert _agrees(g, want), f"{impl} {name}({row}) = {g.tolist()}, table says {want}"
 
 
 # ---------------------------------------------------------------------------- input validation
@@ -146,35 +156,6 @@ def test_layout_planner_covers_strided_batches():
 
 
 # ---------------------------------------------------------------------------- merges
-def _same_bits(a, b) -> bool:
-    """Equal values (relative 1e-12), NaN where NaN, and the sign of zeros alike."""
-    a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
-    b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
-    if a.shape != b.shape:
-        return False
-    both_nan = torch.isnan(a) & torch.isnan(b)
-    close = torch.isclose(a, b, rtol=1e-12, atol=0) | (a == b)
-    zeros_alike = (a != 0) | (torch.signbit(a) == torch.signbit(b))
-    return bool((both_nan | (close & zeros_alike)).all())
-
-
-def _within_4_ulps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Same shape, NaN where b is NaN, infinities and zeros (with their signs) exactly, and
-    elsewhere |a - b| <= 4 ulp of b in b's dtype."""
-    a, b = a.reshape(-1), b.reshape(-1)
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    a64, b64 = a.double(), b.double()
-    exact = torch.isnan(b64) | torch.isinf(b64) | (b64 == 0)
-    ulp = torch.finfo(b.dtype).eps * b64.abs().clamp_min(torch.finfo(b.dtype).tiny)
-    close = (a64 - b64).abs() <= 4 * ulp
-    return bool(torch.where(exact, _same_bits_elementwise(a, b), close).all())
-
-
-def _same_bits_elementwise(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return ((a == b) & (torch.signbit(a) == torch.signbit(b))) | (torch.isnan(a) & torch.isnan(b))
-
-
 @pytest.mark.parametrize("what,la,xa,lb,xb,p,o,lse", oracles.MERGE_SEMANTICS, ids=[r[0] for r in oracles.MERGE_SEMANTICS])
 def test_merge_semantics_table(what, la, xa, lb, xb, p, o, lse):
     """Every row of MERGE_SEMANTICS holds for the FP64 merge oracle and the project's kernels
@@ -189,14 +170,14 @@ def test_merge_semantics_table(what, la, xa, lb, xb, p, o, lse):
             # float32 kernels on a GPU use exp/log/division approximations (ex2.approx, lg2.approx,
             # div.full: about 2 ulp each), so their arithmetic rows may differ by a few ulps; NaN,
             # infinities, zero signs and the exact rows (identities, empty sides) must still match
-            same = _same_bits if (impl == "oracle" or dt == torch.float64) else _within_4_ulps
+            ulps = 0 if (impl == "oracle" or dt == torch.float64) else 4
             got_p, got_l = (t.cpu().to(d) for t, d in zip(sm(*args), (dt, ld)))  # oracle: FP64, rounded
-            assert same(got_p, torch.tensor(p, dtype=torch.float64).to(dt)), f"{impl} softmax_merge [{what}] {dt}: p={got_p.tolist()}, table says {p}"
-            assert same(got_l, want_lse.to(ld)), f"{impl} softmax_merge [{what}] {dt}: lse={got_l.tolist()}, table says {lse}"
+            assert _agrees(got_p, torch.tensor(p, dtype=torch.float64).to(dt), zero_signs=True, ulps=ulps), f"{impl} softmax_merge [{what}] {dt}: p={got_p.tolist()}, table says {p}"
+            assert _agrees(got_l, want_lse.to(ld), zero_signs=True, ulps=ulps), f"{impl} softmax_merge [{what}] {dt}: lse={got_l.tolist()}, table says {lse}"
             if o is not None:
                 got_o, got_l = (t.cpu().to(d) for t, d in zip(am(*args), (dt, ld)))
-                assert same(got_o, torch.tensor(o, dtype=torch.float64).to(dt)), f"{impl} attention_merge [{what}] {dt}: o={got_o.tolist()}, table says {o}"
-                assert same(got_l, want_lse.to(ld)), f"{impl} attention_merge [{what}] {dt}: lse={got_l.tolist()}"
+                assert _agrees(got_o, torch.tensor(o, dtype=torch.float64).to(dt), zero_signs=True, ulps=ulps), f"{impl} attention_merge [{what}] {dt}: o={got_o.tolist()}, table says {o}"
+                assert _agrees(got_l, want_lse.to(ld), zero_signs=True, ulps=ulps), f"{impl} attention_merge [{what}] {dt}: lse={got_l.tolist()}"
 
 
 @pytest.mark.parametrize("row_a", oracles.SEMANTICS, ids=[r[0] for r in oracles.SEMANTICS])
@@ -211,8 +192,8 @@ def test_merge_semantics_follow_the_one_shot_table(row_a):
         p, lse = oracles.softmax_merge(torch.softmax(xa, -1), torch.logsumexp(xa, -1), torch.softmax(xb, -1),
                                        torch.logsumexp(xb, -1))
         if x.shape[-1]:  # torch's softmax of an all-masked / empty row is the table's
-            assert _same_bits(p, torch.softmax(x, -1)), f"{row_a[0]} + {row_b[0]}: p={p.tolist()}"
-        assert _same_bits(lse, torch.logsumexp(x, -1)), f"{row_a[0]} + {row_b[0]}: lse={lse.tolist()}"
+            assert _agrees(p, torch.softmax(x, -1), zero_signs=True), f"{row_a[0]} + {row_b[0]}: p={p.tolist()}"
+        assert _agrees(lse, torch.logsumexp(x, -1), zero_signs=True), f"{row_a[0]} + {row_b[0]}: lse={lse.tolist()}"
         v = torch.arange(1.0, 2.0 * x.shape[-1] + 1, dtype=torch.float64).reshape(1, x.shape[-1], 2)
         oa, la = oracles.attention(xa, v[:, :xa.shape[-1]])
         ob, lb = oracles.attention(xb, v[:, xa.shape[-1]:])
@@ -220,7 +201,7 @@ def test_merge_semantics_follow_the_one_shot_table(row_a):
         o_ref, l_ref = oracles.attention(x, v)
         assert bool((((o - o_ref).abs() <= 1e-12 * o_ref.abs().clamp_min(1)) | (o.isnan() & o_ref.isnan())).all()), \
             f"{row_a[0]} + {row_b[0]}: attention o={o.tolist()} one-shot {o_ref.tolist()}"
-        assert _same_bits(l2, l_ref)
+        assert _agrees(l2, l_ref, zero_signs=True)
 
 
 @pytest.mark.parametrize("op,x", [("softmax_merge", "p"), ("attention_merge", "o")])
@@ -280,15 +261,6 @@ def test_merge_reproducer_rebuilds_the_exact_states(data):
 
 
 # ---------------------------------------------------------------------------- cross-entropy
-def _same(a, b):
-    a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
-    b = torch.as_tensor(b, dtype=torch.float64).reshape(-1)
-    if a.shape != b.shape:
-        return False
-    close = torch.isclose(a, b, rtol=1e-12, atol=1e-300) | (a == b)
-    return bool((close | (torch.isnan(a) & torch.isnan(b))).all())
-
-
 @pytest.mark.parametrize("what,logits,tgt,eps,red,loss,grad,torch_grad", oracles.CE_SEMANTICS,
                          ids=[r[0] for r in oracles.CE_SEMANTICS])
 def test_ce_semantics_table(what, logits, tgt, eps, red, loss, grad, torch_grad):
@@ -310,8 +282,8 @@ def test_ce_semantics_table(what, logits, tgt, eps, red, loss, grad, torch_grad)
             (g,) = torch.autograd.grad(out.sum(), xx)
             got_l, got_g = out.detach().cpu(), g.cpu()
         want_g = torch_grad if (impl == "torch" and torch_grad is not None) else grad
-        assert _same(got_l, loss), f"{impl}: loss {got_l.tolist()}, table says {loss}"
-        assert _same(got_g, torch.tensor(want_g, dtype=torch.float64).reshape(-1)), \
+        assert _agrees(got_l, loss, atol=1e-300), f"{impl}: loss {got_l.tolist()}, table says {loss}"
+        assert _agrees(got_g, torch.tensor(want_g, dtype=torch.float64).reshape(-1), atol=1e-300), \
             f"{impl}: grad {got_g.tolist()}, table says {want_g}"
 
 

@@ -50,14 +50,11 @@ def small_shapes():
     """The ci profile's shape limits whatever the profile: the mutants' bugs show on small
     tensors, and on a GPU the gpu profile's shapes would make each search take minutes."""
     from .plugin import LIMITS
-    saved = dict(vars(S.LIMITS))
-    for k, v in vars(LIMITS["ci"]).items():
-        setattr(S.LIMITS, k, v)
+    saved = S.set_limits(LIMITS["ci"])
     try:
         yield
     finally:
-        for k, v in saved.items():
-            setattr(S.LIMITS, k, v)
+        S.set_limits(saved)
 
 
 def search(module: str, op: str, device: str, max_examples: int):
