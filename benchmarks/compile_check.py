@@ -46,8 +46,8 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
         s = {"OA": f"*{dt}", "LA": f"*{_LSE[dt]}", "OB": f"*{dt}", "LB": f"*{_LSE[dt]}", "O": f"*{dt}", "LO": f"*{_LSE[dt]}",
              "n_rows": "i32", "n_cols": "i32", "n1": "i32", "soa0": "i64", "soa1": "i64", "sla0": "i64", "sla1": "i64",
              "sob0": "i64", "sob1": "i64", "slb0": "i64", "slb1": "i64", "so0": "i64", "so1": "i64", "slo0": "i64", "slo1": "i64",
-             "F64": "constexpr", "TWO_AXES": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
-        c = {"F64": dt == "fp64", "TWO_AXES": BR == 32, "BLOCK_R": BR, "BLOCK_D": BD}
+             "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"F64": dt == "fp64", "TWO_AXES": BR == 32, "VEC": BR != 64, "BLOCK_R": BR, "BLOCK_D": BD}
         try:
             k = triton.compile(ASTSource(M._attention_merge_kernel, s, c), target=tgt, options={"num_warps": 8})
             print("attention_merge ok", dt, BR, BD)
@@ -56,7 +56,7 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
         s = {"PA": f"*{dt}", "LA": f"*{_LSE[dt]}", "PB": f"*{dt}", "LB": f"*{_LSE[dt]}", "P": f"*{dt}", "LO": f"*{_LSE[dt]}",
              "n_rows": "i32", "n1": "i32", "da": "i32", "db": "i32", "spa0": "i64", "spa1": "i64", "sla0": "i64", "sla1": "i64",
              "spb0": "i64", "spb1": "i64", "slb0": "i64", "slb1": "i64", "sp0": "i64", "sp1": "i64", "slo0": "i64", "slo1": "i64",
-             "n_cb_a": "i32", "n_cb": "i32", "F64": "constexpr", "TWO_AXES": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
+             "n_cb_a": "i32", "n_cb": "i32", "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
         try:
             k = triton.compile(ASTSource(M._softmax_merge_kernel, s, c), target=tgt, options={"num_warps": 8})
             print("softmax_merge ok", dt, BR, BD)
@@ -75,8 +75,8 @@ for dt, blk, F64 in (("bf16", 8192, False), ("fp16", 8192, False), ("fp32", 4096
                     s = {"X": f"*{dt}", "T": f"*{tdt}", "LOSS": f"*{ct}", "LSE": f"*{ct}", "PM": f"*{ct}", "PS": f"*{ct}",
                          "PX": f"*{ct}", "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
                          "ignore_index": "i64", "n_chunks": "i32", "chunk_cols": "i32", "eps": "fp32", "inv_v": "fp32",
-                         "F64": "constexpr", "SMOOTH": "constexpr", "SPLIT": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
-                    c = {"F64": F64, "SMOOTH": smooth, "SPLIT": split, "BLOCK_R": br, "BLOCK": bd}
+                         "F64": "constexpr", "SMOOTH": "constexpr", "SPLIT": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
+                    c = {"F64": F64, "SMOOTH": smooth, "SPLIT": split, "VEC": br == 1, "BLOCK_R": br, "BLOCK": bd}
                     try:
                         triton.compile(ASTSource(CE._ce_fwd_kernel, s, c), target=tgt, options={"num_warps": 16 if br * bd >= 8192 else 8})
                         print("ce fwd ok", dt, tdt, smooth, split, br, bd)
@@ -97,8 +97,8 @@ for dt, blk, F64 in (("bf16", 8192, False), ("fp16", 8192, False), ("fp32", 4096
                     s = {"X": f"*{dt}", "T": f"*{tdt}", "LSE": f"*{ct}", "SC": f"*{sdt if not F64 else 'fp64'}", "DX": f"*{dt}",
                          "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64", "ss": "i64", "sdr": "i64",
                          "ignore_index": "i64", "n_chunks": "i32", "chunk_cols": "i32", "eps": "fp32", "inv_v": "fp32",
-                         "F64": "constexpr", "SMOOTH": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
-                    c = {"F64": F64, "SMOOTH": smooth, "BLOCK_R": br, "BLOCK": bd}
+                         "F64": "constexpr", "SMOOTH": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
+                    c = {"F64": F64, "SMOOTH": smooth, "VEC": br == 1, "BLOCK_R": br, "BLOCK": bd}
                     try:
                         triton.compile(ASTSource(CE._ce_bwd_kernel, s, c), target=tgt, options={"num_warps": 16 if br * bd >= 8192 else 8})
                         print("ce bwd ok", dt, tdt, smooth, sdt, br, bd)

@@ -99,10 +99,13 @@ def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, V, sxr, st, ignore_index
     tl.store(LOSS + rows, tl.where(ign, 0.0, loss), mask=rmask)
 
 
-# Counts that do not affect vectorization are not specialized (fewer compiled variants); strides,
-# V and chunk_cols (a multiple of BLOCK) stay specialized, since their divisibility by 16 is what
-# lets Triton prove 16-byte alignment of the row and tile starts.
-_NO_SPEC = ["n_rows", "ignore_index", "n_chunks"]
+# No argument is specialized by value or alignment (each combination of "== 1" / "divisible by 16"
+# over V, the strides and the pointers was its own compiled variant); what that bought is the
+# constexpr VEC (checked by the launcher): the logits (and dlogits) rows start 16-byte aligned, so
+# the full tiles, whose masks are constant along a row, load and store 16-byte vectors. The hints
+# are written in the kernel bodies (Triton drops hints made in a called jit function).
+_NO_SPEC = ["n_rows", "V", "sxr", "st", "ss", "sdr", "ignore_index", "n_chunks", "chunk_cols"]
+_NO_ALIGN = _NO_SPEC + ["X", "T", "LOSS", "LSE", "PM", "PS", "PX", "EPS", "SC", "DX"]
 
 
 @triton.jit
@@ -118,11 +121,11 @@ def _fwd_tile(x, xs, m, s, sx, inv_v, SMOOTH: tl.constexpr):
     return m_new, s, sx
 
 
-@triton.jit(do_not_specialize=_NO_SPEC)
+@triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _ce_fwd_kernel(
     X, T, LOSS, LSE, PM, PS, PX, EPS,
     n_rows, V, sxr, st, ignore_index, n_chunks, chunk_cols, eps, inv_v,
-    F64: tl.constexpr, SMOOTH: tl.constexpr, SPLIT: tl.constexpr,
+    F64: tl.constexpr, SMOOTH: tl.constexpr, SPLIT: tl.constexpr, VEC: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
@@ -140,7 +143,10 @@ def _ce_fwd_kernel(
     # full tiles: the mask is constant along a row, so loads stay 16-byte vectors
     for k in range(0, n_full):
         start = tl.multiple_of(lo + k * BLOCK, BLOCK)
-        x = tl.load(xrow[:, None] + (start + cols0)[None, :], mask=rmask[:, None], other=float("-inf")).to(CT)
+        xp = xrow[:, None] + (start + cols0)[None, :]
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+        x = tl.load(xp, mask=rmask[:, None], other=float("-inf")).to(CT)
         m, s, sx = _fwd_tile(x, x, m, s, sx, inv_v, SMOOTH)
     start = lo + n_full * BLOCK
     if start < hi:  # the ragged last tile
@@ -160,7 +166,7 @@ def _ce_fwd_kernel(
         _ce_finish(X, T, LOSS, LSE, rows, rmask, m, S, SXV, V, sxr, st, ignore_index, eps, SMOOTH)
 
 
-@triton.jit(do_not_specialize=_NO_SPEC)
+@triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _ce_merge_kernel(
     X, T, LOSS, LSE, PM, PS, PX, EPS,
     n_rows, V, sxr, st, ignore_index, n_chunks, eps,
@@ -195,11 +201,11 @@ def _bwd_tile(x, lse, t, ign, scale, cols, hot, flat, SMOOTH: tl.constexpr):
     return tl.where(ign[:, None], 0.0, g * scale[:, None])
 
 
-@triton.jit(do_not_specialize=_NO_SPEC)
+@triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _ce_bwd_kernel(
     X, T, LSE, SC, DX, EPS,
     n_rows, V, sxr, st, ss, sdr, ignore_index, n_chunks, chunk_cols, eps, inv_v,
-    F64: tl.constexpr, SMOOTH: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+    F64: tl.constexpr, SMOOTH: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale, in the compute type, rounded once;
     exactly 0 on ignored rows."""
@@ -222,9 +228,14 @@ def _ce_bwd_kernel(
     for k in range(0, n_full):  # full tiles: row-constant masks keep 16-byte vectors
         start = tl.multiple_of(lo + k * BLOCK, BLOCK)
         cols = start + cols0
-        x = tl.load(xrow[:, None] + cols[None, :], mask=rmask[:, None], other=0.0).to(CT)
+        xp = xrow[:, None] + cols[None, :]
+        dp = drow[:, None] + cols[None, :]
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+            dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
+        x = tl.load(xp, mask=rmask[:, None], other=0.0).to(CT)
         g = _bwd_tile(x, lse, t, ign, scale, cols, hot, flat, SMOOTH)
-        tl.store(drow[:, None] + cols[None, :], to_out(g, DX.dtype.element_ty), mask=rmask[:, None])
+        tl.store(dp, to_out(g, DX.dtype.element_ty), mask=rmask[:, None])
     start = lo + n_full * BLOCK
     if start < hi:
         cols = start + cols0
@@ -392,7 +403,7 @@ def forward_rows(logits, target, ignore_index: int, label_smoothing: float):
     _ce_fwd_kernel[cfg.grid(N)](
         x, t, loss, lse, pm, ps, px, EPS,
         N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v,
-        F64=f64, SMOOTH=smooth, SPLIT=split, BLOCK_R=cfg.block_r, BLOCK=cfg.block, num_warps=cfg.num_warps)
+        F64=f64, SMOOTH=smooth, SPLIT=split, VEC=L.vec_ok(0, (x, x.stride(0), 0)), BLOCK_R=cfg.block_r, BLOCK=cfg.block, num_warps=cfg.num_warps)
     if split:
         nc = max(2, triton.next_power_of_2(cfg.n_chunks))
         br = max(1, min(64, 1024 // nc))
@@ -435,7 +446,8 @@ def backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str,
     _ce_bwd_kernel[cfg.grid(N)](
         x, t, lse, sc, dx, EPS,
         N, V, x.stride(0), t.stride(0), ss, dx.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v,
-        F64=logits.dtype == torch.float64, SMOOTH=smooth, BLOCK_R=cfg.block_r, BLOCK=cfg.block,
+        F64=logits.dtype == torch.float64, SMOOTH=smooth, VEC=L.vec_ok(0, (x, x.stride(0), 0), (dx, dx.stride(0), 0)),
+        BLOCK_R=cfg.block_r, BLOCK=cfg.block,
         num_warps=cfg.num_warps)
     return dx.reshape(logits.shape)
 

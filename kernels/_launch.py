@@ -136,6 +136,17 @@ def plan_rows(inputs, outputs, dim: int) -> RowPlan:
 # ----------------------------------------------------------------------------------------------
 # launch configuration: a small fixed set of block shapes, chosen from the row length alone
 # ----------------------------------------------------------------------------------------------
+def vec_ok(n_cols: int, *rows) -> bool:
+    """True when rows of n_cols may be accessed in aligned vectors of 16 bytes (a kernel's VEC
+    constexpr): n_cols % 16 == 0 and, for each (tensor, s0, s1), the base address and both row
+    strides (in bytes) are multiples of 16. (A wrong True would be a misaligned access; the
+    kernels trust it.)"""
+    if n_cols % 16:
+        return False
+    return all(t.data_ptr() % 16 == 0 and (s0 * t.element_size()) % 16 == 0 and (s1 * t.element_size()) % 16 == 0
+               for t, s0, s1 in rows)
+
+
 def max_block(dtype: torch.dtype, backward: bool = False) -> int:
     """Longest row one program holds in registers; longer rows are split across programs whose
     partial results are merged. SOFTMAX_KERNELS_MAX_BLOCK overrides it (a power of two).

@@ -73,12 +73,24 @@ def _merge_weights(la, lb):
     return wa, wb, lse, poison, both_empty, a_empty, b_empty
 
 
-@triton.jit(do_not_specialize=["n_rows", "n1"])
+# No argument is specialized by value or alignment (every combination of "== 1" / "divisible by 16"
+# over the sizes, the 12 strides and the 6 pointers was its own compiled variant); what that bought
+# is the constexpr VEC (checked by the launcher, kernels._launch.vec_ok): every row starts 16-byte
+# aligned and the row lengths are multiples of 16, so runs of 16 columns are contiguous, aligned
+# and uniformly masked, and loads and stores are 16-byte vectors. The hints must be written in the
+# kernel bodies (Triton drops hints made in a called jit function).
+_INTS = ["n_rows", "n_cols", "n1", "da", "db", "n_cb_a", "n_cb",
+         "soa0", "soa1", "sla0", "sla1", "sob0", "sob1", "slb0", "slb1", "so0", "so1", "slo0", "slo1",
+         "spa0", "spa1", "spb0", "spb1", "sp0", "sp1"]
+_PTRS = ["OA", "LA", "OB", "LB", "O", "LO", "PA", "PB", "P"]
+
+
+@triton.jit(do_not_specialize=_INTS, do_not_specialize_on_alignment=_INTS + _PTRS)
 def _attention_merge_kernel(
     OA, LA, OB, LB, O, LO,
     n_rows, n_cols, n1,
     soa0, soa1, sla0, sla1, sob0, sob1, slb0, slb1, so0, so1, slo0, slo1,
-    F64: tl.constexpr, TWO_AXES: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -94,36 +106,38 @@ def _attention_merge_kernel(
         cols = (start + tl.arange(0, BLOCK_D))[None, :]
         mask = rmask[:, None] & (cols < n_cols)
         # an empty side is not read: its values never matter
-        oa = tl.load(OA + offa + cols, mask=mask & ~a_empty[:, None], other=0.0)
-        ob = tl.load(OB + offb + cols, mask=mask & ~b_empty[:, None], other=0.0)
+        ma = mask & ~a_empty[:, None]
+        mb = mask & ~b_empty[:, None]
+        pa = OA + offa + cols
+        pb = OB + offb + cols
+        po = O + offo + cols
+        if VEC:
+            pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
+            pb = tl.max_contiguous(tl.multiple_of(pb, [1, 16]), [1, 16])
+            po = tl.max_contiguous(tl.multiple_of(po, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+            ma = tl.max_constancy(ma, [1, 16])
+            mb = tl.max_constancy(mb, [1, 16])
+        oa = tl.load(pa, mask=ma, other=0.0)
+        ob = tl.load(pb, mask=mb, other=0.0)
         v = wa[:, None] * oa.to(CT) + wb[:, None] * ob.to(CT)
         v = tl.where(poison[:, None], float("nan"), tl.where(both_empty[:, None], 0.0, v))
         out = to_out(v, O.dtype.element_ty)
         out = tl.where(b_empty[:, None], oa, tl.where(a_empty[:, None], ob, out))  # exact identity
-        tl.store(O + offo + cols, out, mask=mask)
+        tl.store(po, out, mask=mask)
 
 
-@triton.jit
-def _scaled_tile(SRC, soff, DST, doff, cols, n, rmask, w, nan_rows, zero_rows, copy_rows, CT: tl.constexpr):
-    """DST[row, col] = w * SRC[row, col] for one [rows, cols] tile; NaN on nan_rows, 0 on
-    zero_rows (this side empty), SRC bitwise on copy_rows (the other side empty)."""
-    mask = rmask[:, None] & (cols < n)[None, :]
-    x = tl.load(SRC + soff[:, None] + cols[None, :], mask=mask & ~zero_rows[:, None], other=0.0)
-    v = w[:, None] * x.to(CT)
-    v = tl.where(nan_rows[:, None], float("nan"), tl.where(zero_rows[:, None], 0.0, v))
-    out = to_out(v, DST.dtype.element_ty)
-    out = tl.where(copy_rows[:, None], x, out)
-    tl.store(DST + doff[:, None] + cols[None, :], out, mask=mask)
-
-
-@triton.jit(do_not_specialize=["n_rows", "n1", "n_cb_a", "n_cb"])
+@triton.jit(do_not_specialize=_INTS, do_not_specialize_on_alignment=_INTS + _PTRS)
 def _softmax_merge_kernel(
     PA, LA, PB, LB, P, LO,
     n_rows, n1, da, db,
     spa0, spa1, sla0, sla1, spb0, spb1, slb0, slb1, sp0, sp1, slo0, slo1,
     n_cb_a, n_cb,
-    F64: tl.constexpr, TWO_AXES: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
+    """Output column block pid_c of a row block: a scaled copy of one input's column block,
+    P[row, col] = w * SRC[row, col]; NaN on nan_rows, 0 where this side is empty, SRC bitwise where
+    the other side is empty."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     pid = tl.program_id(0)
     pid_r = pid // n_cb
@@ -138,11 +152,37 @@ def _softmax_merge_kernel(
         tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
     offp = _row_off(rows, n1, sp0, sp1, TWO_AXES)
     if pid_c < n_cb_a:
-        cols = pid_c * BLOCK_D + tl.arange(0, BLOCK_D)
-        _scaled_tile(PA, _row_off(rows, n1, spa0, spa1, TWO_AXES), P, offp, cols, da, rmask, wa, nan_rows, a_empty, b_empty, CT)
+        src = PA + _row_off(rows, n1, spa0, spa1, TWO_AXES)
+        dst = P + offp
+        c0 = pid_c * BLOCK_D
+        n = da
+        w = wa
+        zero_rows = a_empty
+        copy_rows = b_empty
     else:
-        cols = (pid_c - n_cb_a) * BLOCK_D + tl.arange(0, BLOCK_D)
-        _scaled_tile(PB, _row_off(rows, n1, spb0, spb1, TWO_AXES), P, offp + da, cols, db, rmask, wb, nan_rows, b_empty, a_empty, CT)
+        src = PB + _row_off(rows, n1, spb0, spb1, TWO_AXES)
+        dst = P + (offp + da)
+        c0 = (pid_c - n_cb_a) * BLOCK_D
+        n = db
+        w = wb
+        zero_rows = b_empty
+        copy_rows = a_empty
+    cols = c0 + tl.arange(0, BLOCK_D)
+    mask = rmask[:, None] & (cols < n)[None, :]
+    lmask = mask & ~zero_rows[:, None]
+    sp = src[:, None] + cols[None, :]
+    dp = dst[:, None] + cols[None, :]
+    if VEC:
+        sp = tl.max_contiguous(tl.multiple_of(sp, [1, 16]), [1, 16])
+        dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
+        mask = tl.max_constancy(mask, [1, 16])
+        lmask = tl.max_constancy(lmask, [1, 16])
+    x = tl.load(sp, mask=lmask, other=0.0)
+    v = w[:, None] * x.to(CT)
+    v = tl.where(nan_rows[:, None], float("nan"), tl.where(zero_rows[:, None], 0.0, v))
+    out = to_out(v, P.dtype.element_ty)
+    out = tl.where(copy_rows[:, None], x, out)
+    tl.store(dp, out, mask=mask)
 
 
 JIT_KERNELS = (_attention_merge_kernel, _softmax_merge_kernel)
@@ -239,9 +279,11 @@ def attention_merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, l
     br, bd = _tile(n_cols, n_rows, o_a.dtype)
     L.note_variant(name, dtype=str(o_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
     (sa, sb, sla, slb, so, slo) = pairs
+    vec = L.vec_ok(n_cols, (xa, *sa), (xb, *sb), (o, *so))
     _attention_merge_kernel[(triton.cdiv(n_rows, br),)](
         xa, la, xb, lb, o, lse, n_rows, n_cols, n1, *sa, *sla, *sb, *slb, *so, *slo,
-        F64=o_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, BLOCK_R=br, BLOCK_D=bd, num_warps=L._warps(br * bd))
+        F64=o_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
+        num_warps=L._warps(br * bd))
     return o, lse
 
 
@@ -265,7 +307,9 @@ def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse
     n_cb = max(1, n_cb_a + n_cb_b)  # at least one program per row block writes the lse
     L.note_variant(name, dtype=str(p_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
     (sa, sb, sla, slb, sp, slo) = pairs
+    vec = L.vec_ok(da, (xa, *sa), (p, *sp)) and L.vec_ok(db, (xb, *sb))
     _softmax_merge_kernel[(triton.cdiv(n_rows, br) * n_cb,)](
         xa, la, xb, lb, p, lse, n_rows, n1, da, db, *sa, *sla, *sb, *slb, *sp, *slo, n_cb_a, n_cb,
-        F64=p_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, BLOCK_R=br, BLOCK_D=bd, num_warps=L._warps(br * bd))
+        F64=p_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
+        num_warps=L._warps(br * bd))
     return p, lse

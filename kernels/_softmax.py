@@ -246,16 +246,6 @@ def _col_mode(n_cols: int, stride: int) -> int:
     return COL_I64 if (n_cols - 1) * stride > _INT32_MAX else COL_I32
 
 
-def _vec(n_cols: int, *rows) -> bool:
-    """True when rows of n_cols may be accessed in aligned vectors of 16 bytes: n_cols % 16 == 0
-    and, for each (tensor, s0, s1), the base address and both row strides (in bytes) are
-    multiples of 16. (A wrong True would be a misaligned access; the kernels trust it.)"""
-    if n_cols % 16:
-        return False
-    return all(t.data_ptr() % 16 == 0 and (s0 * t.element_size()) % 16 == 0 and (s1 * t.element_size()) % 16 == 0
-               for t, s0, s1 in rows)
-
-
 def _nc(cfg: L.Config) -> int:
     # at least 16: fewer compiled variants, and the merge of 16 partials costs nothing
     return max(16, triton.next_power_of_2(cfg.n_chunks)) if cfg.split else 1
@@ -288,7 +278,7 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     (sx0, sx1), = plan.in_strides
     (sy0, sy1), = plan.out_strides
     syc = plan.out_col_strides[0] or 1
-    vec = _vec(plan.n_cols, (x, sx0, sx1)) and (op == LOGSUMEXP or _vec(plan.n_cols, (y, sy0, sy1)))
+    vec = L.vec_ok(plan.n_cols, (x, sx0, sx1)) and (op == LOGSUMEXP or L.vec_ok(plan.n_cols, (y, sy0, sy1)))
     common = dict(F64=dtype == torch.float64, YCOL=_col_mode(plan.n_cols, syc), VEC=vec,
                   BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
     args = (plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc, cfg.n_chunks)
@@ -320,7 +310,7 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         (sa0, sa1), (sg0, sg1) = plan.in_strides
         (sd0, sd1), = plan.out_strides
         sdc = plan.out_col_strides[0] or 1
-        vec = _vec(plan.n_cols, (ax, sa0, sa1), (gx, sg0, sg1), (dx, sd0, sd1))
+        vec = L.vec_ok(plan.n_cols, (ax, sa0, sa1), (gx, sg0, sg1), (dx, sd0, sd1))
         common = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc), VEC=vec,
                       BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
