@@ -18,6 +18,7 @@ timeout -s INT -k 30 ${SUITE_TIMEOUT:-900} python3 -m pytest -m properties --hyp
 status=$?
 echo "suite wall time: $(( $(date +%s) - start )) s, exit status $status," \
      "Triton compilations in the run: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" | tee -a "$OUT/suite.log"
+find "$TRITON_CACHE_DIR" -name '*.cubin' -printf '%f\n' | sed 's/\.cubin$//' | sort | uniq -c | sort -rn | tee -a "$OUT/suite.log"
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
   mkdir -p "$OUT/bench"  # bench.json and the PNGs, packed into one file (the device tool returns 8 files)
   timeout -s INT ${BENCH_TIMEOUT:-1800} python3 benchmarks/bench.py ${BENCH_ARGS:-} --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -n 80

@@ -380,6 +380,7 @@ def _params(eps: float, V: int, dtype, device, fallback):
     return float(eps), 1.0 / V, fallback
 
 
+@L.on_tensor_device
 def forward_rows(logits, target, ignore_index: int, label_smoothing: float):
     """(per-row loss, per-row lse) in the compute dtype, shape (N,); no validation."""
     x, t = _rows(logits, target)
@@ -424,6 +425,7 @@ def reduce_loss(loss_rows, target, ignore_index: int, reduction: str, dtype):
     return total.to(dtype)
 
 
+@L.on_tensor_device
 def backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str, label_smoothing: float):
     """dlogits (logits' dtype and shape, contiguous); no validation."""
     x, t = _rows(logits, target)

@@ -10,6 +10,7 @@ to the kernel as at most two (size, stride) pairs, so row padding, storage offse
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -23,6 +24,20 @@ _DTYPE_NAMES = "float16, bfloat16, float32 or float64"
 def interpreting() -> bool:
     """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def on_tensor_device(fn):
+    """Run fn with the CUDA device of its first tensor argument current: Triton launches on the
+    current device, so a tensor on cuda:1 while cuda:0 is current would otherwise be read by a
+    kernel running on cuda:0."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        if t is None or t.device.type != "cuda" or t.device.index == torch.cuda.current_device():
+            return fn(*args, **kwargs)
+        with torch.cuda.device(t.device):
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 # ----------------------------------------------------------------------------------------------

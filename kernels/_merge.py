@@ -261,6 +261,7 @@ def _tile(n_cols: int, n_rows: int, dtype: torch.dtype):
     return br, bd
 
 
+@L.on_tensor_device
 def attention_merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, lse_b: torch.Tensor):
     """Merge two partial attention states over disjoint key sets (ring attention's update):
     ``lse = log(exp(lse_a) + exp(lse_b))``, ``o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b``.
@@ -287,6 +288,7 @@ def attention_merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, l
     return o, lse
 
 
+@L.on_tensor_device
 def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse_b: torch.Tensor):
     """Softmax and logsumexp of the concatenation [x_a, x_b] of two column chunks of the same rows,
     from each chunk's softmax p and logsumexp lse (seed 003's ``online_softmax3``):

@@ -251,6 +251,7 @@ def _nc(cfg: L.Config) -> int:
     return max(16, triton.next_power_of_2(cfg.n_chunks)) if cfg.split else 1
 
 
+@L.on_tensor_device
 def _forward(x: torch.Tensor, dim: int, op: int, name: str) -> torch.Tensor:
     L.check_tensor("x", x, name)
     d = L.check_dim(dim, x.ndim, name)
@@ -297,6 +298,7 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
         _fwd_kernel[grid](x, yy, pm, ps, *args, OP=opp, PHASE=phase, BLOCK_R=1, NC=ncp, **common)
 
 
+@L.on_tensor_device
 def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_name: str, g_name: str):
     L.check_pair(name, a_name, a, g_name, g)
     d = L.check_dim(dim, a.ndim, name)

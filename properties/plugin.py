@@ -86,8 +86,11 @@ def pytest_addoption(parser):
                     help="importable module whose softmax/log_softmax/logsumexp/... are tested (default: kernels)")
     group.addoption("--properties-log", default=None, metavar="PATH",
                     help="append a line per finished test and every failure's report to PATH as they happen")
+    group.addoption("--properties-examples", type=int, default=None, metavar="N",
+                    help="examples per property, overriding the profile's max_examples (its shapes stay)")
 
 
+@pytest.hookimpl(trylast=True)  # after Hypothesis's own plugin has loaded --hypothesis-profile
 def pytest_configure(config):
     global _LOG_PATH
     _LOG_PATH = None if hasattr(config, "workerinput") else config.getoption("properties_log", None)
@@ -97,6 +100,27 @@ def pytest_configure(config):
     prof = _profile_name(config)
     S.set_limits(LIMITS.get(prof, LIMITS["dev"]))
     config._softmax_profile = prof
+    n = config.getoption("properties_examples", None)
+    if n is not None:
+        if n < 1:
+            raise pytest.UsageError(f"--properties-examples must be a positive integer, got {n}")
+        get = getattr(settings, "get_profile", None)  # older Hypothesis: the private table
+        parent = get(prof) if get else settings._profiles[prof]
+        settings.register_profile(f"{prof}-{n}", parent=parent, max_examples=n)
+        settings.load_profile(f"{prof}-{n}")
+    wi = getattr(config, "workerinput", None)
+    if wi:
+        _place_worker(wi)
+
+
+def _place_worker(wi: dict) -> None:
+    """pytest-xdist worker gwK: its own GPU, K modulo the visible GPUs (workers round-robin over
+    them), and its share of the CPU cores (torch would give every worker all of them)."""
+    n = max(1, int(wi.get("workercount", 1)))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
+    if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        k = int(str(wi.get("workerid", "gw0")).lstrip("gw") or 0)
+        torch.cuda.set_device(k % torch.cuda.device_count())
 
 
 def pytest_collection_modifyitems(config, items):
@@ -108,7 +132,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_report_header(config):
     import triton
-    dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (Triton interpreter)"
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    dev = (f"{n} x {torch.cuda.get_device_name(0)}" if n > 1 else torch.cuda.get_device_name(0)) if n else "cpu (Triton interpreter)"
     return [f"softmax-properties: device={dev} torch={torch.__version__} triton={triton.__version__} "
             f"profile={config._softmax_profile} target={config.getoption('target')} "
             f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}"]

@@ -390,3 +390,35 @@ def test_ce_reductions_agree_accepts_an_overflowing_sum():
     case = CECase("cross_entropy", torch.float16, S.Input(lg, (2,), S.Layout()), S.Targets((1, 1)), -100, "sum", 0.0)
     assert bool(torch.isinf(kernels.cross_entropy(*case.tensors(DEV), **case.kwargs())))
     ce_reductions_agree(case, tg)
+
+
+# ---------------------------------------------------------------------------- several GPUs
+@pytest.mark.skipif(DEV != "cuda" or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_kernels_run_on_their_inputs_device():
+    """Triton launches on the current CUDA device: every op, given tensors on another GPU than
+    the current one, must run there and return bitwise what it returns with that GPU current."""
+    here = torch.cuda.current_device()
+    other = torch.device("cuda", (here + 1) % torch.cuda.device_count())
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(33, 1000, generator=g) * 5).to(other)
+    dy = torch.randn(33, 1000, generator=g).to(other)
+    lse = torch.randn(33, generator=g).to(other)
+    t = torch.randint(0, 1000, (33,), generator=g).to(other)
+    calls = {
+        "softmax": lambda: kernels.softmax(x), "log_softmax": lambda: kernels.log_softmax(x),
+        "logsumexp": lambda: kernels.logsumexp(x),
+        "softmax_backward": lambda: kernels.softmax_backward(kernels.softmax(x), dy),
+        "log_softmax_backward": lambda: kernels.log_softmax_backward(kernels.log_softmax(x), dy),
+        "attention_merge": lambda: kernels.attention_merge(x, lse, dy, lse.flip(0)),
+        "softmax_merge": lambda: kernels.softmax_merge(x, lse, dy, lse.flip(0)),
+        "cross_entropy": lambda: kernels.cross_entropy(x, t, reduction="none"),
+        "cross_entropy_backward": lambda: kernels.cross_entropy_backward(x, t, dy[:, 0], reduction="none"),
+    }
+    for name, call in calls.items():
+        with torch.cuda.device(other):
+            want = call()
+        got = call()
+        assert torch.cuda.current_device() == here
+        for w, o in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
+            assert o.device == other, f"{name}: output on {o.device}, inputs on {other}"
+            assert torch.equal(w.nan_to_num(), o.nan_to_num()), f"{name}: differs when {other} is not the current device"
