@@ -89,8 +89,13 @@ def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, V, sxr, st, ignore_index
     if SMOOTH:
         # two non-negative terms, each formed so it overflows only if it exceeds the range itself;
         # (1 - eps) * x_t is 0 * -inf = NaN for eps = 1 and x_t = -inf, as in torch
+        eps = tl.zeros_like(lse) + eps  # in lse's type (the interpreter holds a float32 argument in float64)
         keep = 1.0 - eps
-        loss = (keep * lse - keep * xt) + (eps * lse - eps * SXV)
+        smooth = eps * lse - eps * SXV
+        # a label_smoothing below float32's range reaches a float32 kernel as 0, yet eps > 0
+        # times an infinite lse - mean(x) is infinite (0 * inf would be NaN)
+        smooth = tl.where((eps == 0.0) & (lse - SXV == float("inf")), float("inf"), smooth)
+        loss = (keep * lse - keep * xt) + smooth
     else:
         loss = lse - xt
     # the exact loss is >= 0; rounding (of the mean of x, or an approximate log near S = 1) may

@@ -15,7 +15,8 @@ All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
   ``q2 = trunc((v - q1 * 2**-40) * 2**80)``; both splits are exact, the limb sums are exact
   integers (|sum| < 2**62 for rows up to 2**22 elements), and the only error is the dropped tail,
   below ``n * 2**-80`` absolute. Returned as float64.
-* ``sum_scaled(v)``: sum of arbitrary float64 values. Scaled by the power of two above the
+* ``sum_parts(v)`` / ``sum_scaled(v)``: sum of arbitrary float64 values (as mantissa and power of
+  two, or as one float64). Scaled by the power of two above the
   largest magnitude (exact), then summed as above: absolute error below ``n * 2**-79 * max|v|``.
   Non-finite input falls back to an ordinary sum (NaN or the infinity, order-free).
 * ``to_out(v, dtype)``: round to the output dtype to nearest-even. The Triton interpreter (3.6 to
@@ -91,8 +92,11 @@ def exponent_above(big):
 
 
 @triton.jit
-def sum_scaled(v):
-    """Order-independent sum of float64 values of any magnitude. Returns float64."""
+def sum_parts(v):
+    """Order-independent sum of float64 values of any magnitude, as (t, k) with sum = t * 2**k and
+    |t| < n + 1, so it is usable where the sum itself overflows. Each row is scaled by the power
+    of two above its own largest magnitude (exact; a value more than 2**-80 below that largest is
+    dropped, which the fixed-point sum would drop anyway). Non-finite rows: (ordinary sum, 0)."""
     big = nanmax(tl.abs(v))
     finite = big < float("inf")  # False for inf and NaN
     k = exponent_above(big)
@@ -101,4 +105,11 @@ def sum_scaled(v):
     q1, q2 = _limbs(scaled)
     fixed = tl.sum(q1, 1).to(tl.float64) * _TWO_M40 + tl.sum(q2, 1).to(tl.float64) * _TWO_M80
     plain = tl.sum(tl.where(finite[:, None], 0.0, v), 1)
-    return tl.where(finite, ldexp(fixed, k), plain)
+    return tl.where(finite, fixed, plain), tl.where(finite, k, 0)
+
+
+@triton.jit
+def sum_scaled(v):
+    """Order-independent sum of float64 values of any magnitude. Returns float64."""
+    t, k = sum_parts(v)
+    return ldexp(t, k)

@@ -18,12 +18,14 @@ only -inf gives NaN for softmax/log_softmax; logsumexp gives NaN, +inf and -inf 
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import exponent_above, ldexp, nanmax, sum_scaled, sum_unit, to_out
+from ._numerics import ldexp, nanmax, sum_parts, sum_scaled, sum_unit, to_out
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 WHOLE, PARTIAL, FINISH = 0, 1, 2
@@ -86,6 +88,7 @@ _NO_SPEC = ["n_rows", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "s
             "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
 _NO_ALIGN = _NO_SPEC + ["X", "Y", "PM", "PS", "A", "G", "DX", "PK"]  # (ints too: some versions key "% 16" on this list)
 COL_CONTIG, COL_I32, COL_I64 = 0, 1, 2
+_EXP_M128: tl.constexpr = tl.constexpr(math.exp(-128.0))
 
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
@@ -163,8 +166,8 @@ def _bwd_kernel(
 ):
     """OP 0: dx = y * (g - sum(y * g)).  OP 1: dx = g - exp(z) * sum(g).  A is y or z.
 
-    The row sum is formed on g scaled by 2**-k, k the power of two above the row's largest |g|
-    (exact), so it cannot overflow. The output uses the plain formula where the full sum is
+    The row sum is formed as tot * 2**k (sum_parts: k the power of two above the row's largest
+    term), so it cannot overflow. The output uses the plain formula where the full sum is
     representable and works in units of 2**k only where it is not (float64 rows near the overflow
     threshold), so dx is finite wherever the exact VJP is. A split row carries each chunk's
     partial sum with its own exponent (PS, PK) and merges them at the largest."""
@@ -182,6 +185,11 @@ def _bwd_kernel(
         vmask = tl.max_constancy(mask, [1, 16])
     a = tl.load(ap, mask=vmask, other=other_a)
     g = tl.load(gp, mask=vmask, other=0.0).to(tl.float64)
+    if OP == 0:
+        a = a.to(tl.float64)
+        term = a * g  # |y * g| <= |g|: no overflow
+    else:
+        term = g
     if PHASE == 2:
         c = tl.arange(0, NC)
         pmask = rmask[:, None] & (c < n_chunks)[None, :]
@@ -192,30 +200,33 @@ def _bwd_kernel(
         tot = sum_scaled(parts)
         k = K.to(tl.int64)
     else:
-        gmax = nanmax(tl.abs(g))
-        k = tl.where(gmax < float("inf"), exponent_above(gmax), 0)
-    gs = ldexp(g, -k[:, None])
-    if OP == 0:
-        a = a.to(tl.float64)
-        term = a * gs
-    else:
-        term = gs
-    if PHASE != 2:
-        tot = sum_scaled(term)
+        # sum(term) = tot * 2**k, k from the row's largest |term| (not |g|: scaling a small
+        # y * g by a large g's exponent would round it to a subnormal)
+        tot, k = sum_parts(term)
         if PHASE == 1:
             poff = rows * n_chunks + tl.program_id(1)
             tl.store(PS + poff, tot, mask=rmask)
             tl.store(PK + poff, k.to(tl.float64), mask=rmask)
             return
-    # tot is sum(y * g) or sum(g) in units of 2**k: finite exactly when the row's g is finite.
     # Where the full sum is representable, use the plain formula (small g keep every bit); where
-    # it overflows, work in units of 2**k (the result overflows only if the exact VJP does).
+    # it overflows, work in units of 2**k (the result overflows only if the exact VJP does; there
+    # |g| * 2**-k < n + 1).
     full = ldexp(tot, k)
     plain = tl.abs(full) < float("inf")
+    gs = ldexp(g, -k[:, None])
     if OP == 0:
         dx = tl.where(plain[:, None], a * (g - full[:, None]), ldexp(a * (gs - tot[:, None]), k[:, None]))
     else:
-        ez = tl.exp(a.to(CT)).to(tl.float64)
+        if F64:
+            ez = tl.exp(a)
+        else:
+            # exp(z) below float32's normal range (z < -87) would lose bits (or flush to 0), yet
+            # times a sum up to ~2**148 it still matters: there use exp(z + 128) * e**-128 (z + 128
+            # is exact for z in [-256, -64]).
+            zf = a.to(tl.float32)
+            low = zf < -64.0
+            ez = tl.exp(tl.where(low, zf + 128.0, zf)).to(tl.float64)
+            ez = tl.where(low, ez * tl.full([1, 1], _EXP_M128, tl.float64), ez)
         # exp(z) > 0 for z > -inf: times an infinite sum it is infinite even where exp underflows
         ez = tl.where((ez == 0.0) & (a > float("-inf")) & (tl.abs(tot) == float("inf"))[:, None], 1.0, ez)
         dx = tl.where(plain[:, None], g - ez * full[:, None], ldexp(gs - ez * tot[:, None], k[:, None]))
