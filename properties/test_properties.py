@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import given, strategies as st
 
-from . import strategies as S
+from . import replay, strategies as S
 from .invariants import REGISTRY, WORST_ULP
 
 PAIRS = [pytest.param(inv, op, id=f"{inv.name}-{op}") for inv in REGISTRY for op in inv.ops]
@@ -36,6 +36,9 @@ def test_property(inv, op, target, request):
         case = data.draw(S.cases(op, inv.families, inv.max_cols), label="case")
         try:
             inv.check(case, target)
+        except Exception as e:
+            e._properties_case = case  # what properties/replay.py saves
+            raise
         finally:
             stats[0] += 1
             stats[1] += time.perf_counter() - t0
@@ -46,6 +49,12 @@ def test_property(inv, op, target, request):
     check.hypothesis.inner_test._hypothesis_internal_add_digest = f"{inv.name}-{op}".encode()
     try:
         check()
+    except Exception as e:  # each failure (grouped when several) saved as a replay file
+        where = replay.failures_dir(request.config)
+        if where:
+            for path in replay.save(where, target.name, inv.name, op, e):
+                request.node.user_properties.append(("softmax_replay", path))
+        raise
     finally:  # travels to the controller under xdist
         request.node.user_properties.append(("softmax_stats", (stats[0], stats[1])))
         request.node.user_properties.append(("softmax_ulps", dict(WORST_ULP)))
