@@ -3,7 +3,7 @@
 # benchmark; the benchmark table is printed last. Logs and results go to $OUT (or ./gpu-out).
 #   progress.log: a line per finished test and every failure's full report, written as they happen
 #   suite.log:    pytest's own output;  bench.log / bench.json / *.png: the benchmark
-# Triton's cache starts empty (TRITON_CACHE_DIR, unless set), so the number of kernels compiled in
+# PYTEST_K: a -k expression (PYTEST_ARGS is split on spaces). Triton's cache starts empty (TRITON_CACHE_DIR, unless set), so the number of kernels compiled in
 # the run is counted (cubins in the cache afterwards) along with the wall time.
 set -uo pipefail
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee "$O
 start=$(date +%s)
 # SIGINT first, so pytest (and xdist) stop cleanly and still print failures and the summary
 timeout -s INT -k 30 ${SUITE_TIMEOUT:-900} python3 -m pytest -m properties --hypothesis-profile="$PROFILE" -q \
-  -p no:randomly -p no:benchmark --properties-log "$OUT/progress.log" ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/suite.log" | tail -n 150
+  -p no:randomly -p no:benchmark --properties-log "$OUT/progress.log" ${PYTEST_K:+-k "$PYTEST_K"} ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/suite.log" | tail -n 150
 status=$?
 echo "suite wall time: $(( $(date +%s) - start )) s, exit status $status," \
      "Triton compilations in the run: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" | tee -a "$OUT/suite.log"

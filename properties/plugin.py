@@ -37,6 +37,7 @@ LIMITS = {  # shape limits per profile
 WORST_ULP: dict = {}  # (op, dtype) -> (largest fraction of the bound used, largest error in ulps)
 STATS: dict = {}  # test id -> (examples, seconds)
 COMPILES: dict = {}  # worker -> (variants requested, Triton compilations)
+REPLAYS: list = []  # replay files written for this run's failures (properties/replay.py)
 
 
 _LOG_PATH = None  # --properties-log, in the process that writes it (the xdist controller, or the only one)
@@ -70,6 +71,8 @@ def pytest_runtest_logreport(report):
                 WORST_ULP[k] = (max(old[0], v[0]), max(old[1], v[1]))
         elif key == "softmax_compiles":
             COMPILES[worker] = tuple(val)
+        elif key == "softmax_replay":
+            REPLAYS.append(val)
 
 
 def _profile_name(config) -> str:
@@ -88,6 +91,11 @@ def pytest_addoption(parser):
                     help="append a line per finished test and every failure's report to PATH as they happen")
     group.addoption("--properties-examples", type=int, default=None, metavar="N",
                     help="examples per property, overriding the profile's max_examples (its shapes stay)")
+    group.addoption("--xfails", default=None, metavar="PATH",
+                    help="expected failures (default: properties/xfails/<target>.txt if it exists); see properties/expected.py")
+    group.addoption("--properties-failures", default=".properties-failures", metavar="DIR",
+                    help="write each failing case as a replay script to DIR (relative to the rootdir; '' turns it off); "
+                         "replay: python -m properties.replay FILE --target MODULE")
 
 
 @pytest.hookimpl(trylast=True)  # after Hypothesis's own plugin has loaded --hypothesis-profile
@@ -97,6 +105,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "properties: property-based correctness tests of softmax-family kernels")
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("gpu" if torch.cuda.is_available() else "ci")
+    from . import interpreter
+    if interpreter.interpreting():  # autotuned third-party kernels take their first config, no benchmark
+        interpreter.install()
     prof = _profile_name(config)
     S.set_limits(LIMITS.get(prof, LIMITS["dev"]))
     config._softmax_profile = prof
@@ -124,10 +135,15 @@ def _place_worker(wi: dict) -> None:
 
 
 def pytest_collection_modifyitems(config, items):
+    from . import expected
     here = os.path.dirname(__file__)
     for item in items:
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.properties)
+    # expected failures: runs before -k/-m deselection, so "matches no test" means no test at all;
+    # under xdist every worker collects everything, so one of them warns
+    worker = getattr(config, "workerinput", {}).get("workerid", "gw0")
+    expected.apply(expected.load(config), items, warn=worker == "gw0")
 
 
 def pytest_report_header(config):
@@ -168,6 +184,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"{'op':24s} {'dtype':10s} {'of bound':>9s} {'ulps of ref':>12s}  (ulps: misleading where the exact result is ~0)")
         for (op, dt), (frac, ulps) in sorted(WORST_ULP.items()):
             tr.write_line(f"{op:24s} {dt:10s} {frac:9.3f} {ulps:12.3g}")
+    if REPLAYS:
+        tr.section("softmax-properties: counterexamples saved")
+        for path in REPLAYS:
+            tr.write_line(f"python -m properties.replay {path} [--target MODULE]")
     if COMPILES:
         v = sum(c[0] for c in COMPILES.values())
         n = sum(c[1] for c in COMPILES.values())

@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import given, strategies as st
 
-from . import strategies as S
+from . import replay, strategies as S
 from .invariants import REGISTRY, WORST_ULP
 
 PAIRS = [pytest.param(inv, op, id=f"{inv.name}-{op}") for inv in REGISTRY for op in inv.ops]
@@ -23,11 +23,31 @@ def _skip_reason(inv, op, target):
     return None
 
 
+class _TagsCase:
+    """The invariant, whose check tags an exception with its case (what properties/replay.py
+    saves). A wrapper, not code in `check`: under derandomize, Hypothesis seeds from the source
+    of `check`, so editing it would change every example the ci profile draws."""
+
+    def __init__(self, inv):
+        self._inv = inv
+
+    def __getattr__(self, name):
+        return getattr(self._inv, name)
+
+    def check(self, case, target):
+        try:
+            return self._inv.check(case, target)
+        except Exception as e:
+            e._properties_case = case
+            raise
+
+
 @pytest.mark.parametrize("inv,op", PAIRS)
 def test_property(inv, op, target, request):
     reason = _skip_reason(inv, op, target)
     if reason:
         pytest.skip(reason)
+    inv = _TagsCase(inv)
     stats = [0, 0.0]
 
     @given(data=st.data())
@@ -46,6 +66,12 @@ def test_property(inv, op, target, request):
     check.hypothesis.inner_test._hypothesis_internal_add_digest = f"{inv.name}-{op}".encode()
     try:
         check()
+    except Exception as e:  # each failure (grouped when several) saved as a replay file
+        where = replay.failures_dir(request.config)
+        if where:
+            for path in replay.save(where, target.name, inv.name, op, e):
+                request.node.user_properties.append(("softmax_replay", path))
+        raise
     finally:  # travels to the controller under xdist
         request.node.user_properties.append(("softmax_stats", (stats[0], stats[1])))
         request.node.user_properties.append(("softmax_ulps", dict(WORST_ULP)))

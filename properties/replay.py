@@ -1,0 +1,222 @@
+"""Saved counterexamples: write each failing (invariant, case) as a script, and re-run it against
+any target.
+
+The plugin (``--properties-failures DIR``, default ``.properties-failures/`` under the rootdir;
+an empty value turns it off) writes one file per failure of ``test_property``, named
+``<target>.<invariant>-<op>.py`` (``-2``, ``-3``... when one test reports several failures; a
+later failure of the same test overwrites it). The file holds the invariant's name, the target
+it failed on and the drawn case as the evaluable repr of its dataclass, the same recipe
+Hypothesis prints under "Draw 1 (case)". Replay re-runs the invariant's whole check on that case
+(every call the law makes, its oracle, tolerance and report), not just the op call:
+
+    python -m properties.replay .properties-failures/FILE.py --target MODULE   # any target
+    python -m properties.replay .properties-failures/                         # every file, its own target
+    python .properties-failures/FILE.py                                       # the target it failed on
+
+Run from the repository root. Without CUDA it uses Triton's interpreter (as conftest.py does).
+Prints PASS, FAIL with the failure report, NOT APPLICABLE (the target refused the input, or the
+law's precondition does not hold for this target's outputs) or SKIP (the target lacks the op).
+Exit status: 0 when nothing failed, 1 when something failed, 2 on bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import traceback
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+
+import torch  # noqa: E402  (torch does not import triton)
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+HEADER = """\
+# A counterexample of the softmax-properties suite: the invariant, and the case it failed on.
+# Re-run the invariant's check on this case against any target, from the repository root:
+#   python -m properties.replay {path} --target MODULE
+# or against the target it failed on:  python {path}
+{failure}
+import os
+import sys
+
+sys.path.insert(0, os.getcwd())  # the repository root: run this from there
+import torch  # noqa: E402
+from properties.case import Case, CECase, MergeCase  # noqa: E402,F401
+from properties.strategies import DLoss, Input, Layout, Logits, Targets  # noqa: E402,F401
+
+inf, nan = float("inf"), float("nan")
+
+INVARIANT = {invariant!r}
+TARGET = {target!r}
+CASE = {case}
+
+if __name__ == "__main__":
+    from properties.replay import main
+    sys.exit(main([__file__, *sys.argv[1:]]))
+"""
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
+def failures_dir(config):
+    """The directory the plugin writes to (absolute), or None when turned off."""
+    d = config.getoption("properties_failures", None)
+    if not d:
+        return None
+    return d if os.path.isabs(d) else os.path.join(str(config.rootpath), d)
+
+
+def _leaves(exc):
+    """The exceptions of a (possibly grouped) failure, innermost groups flattened."""
+    subs = getattr(exc, "exceptions", None)
+    if isinstance(subs, (list, tuple)) and isinstance(exc, BaseException) and subs is not exc:
+        return [leaf for s in subs for leaf in _leaves(s)]
+    return [exc]
+
+
+def render(invariant: str, target: str, case, message: str = "", path: str = "FILE") -> str:
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    failure = f"# failed on {target}: {first}"[:300] if first else f"# target: {target}"
+    return HEADER.format(path=path, failure=failure, invariant=invariant, target=target, case=repr(case))
+
+
+def save(directory: str, target: str, invariant: str, op: str, exc) -> list:
+    """Write a replay file for each failure in exc that carries its case (test_property marks
+    them); returns the paths written."""
+    found = [e for e in _leaves(exc) if getattr(e, "_properties_case", None) is not None]
+    if not found:
+        return []
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for k, e in enumerate(found):
+        name = f"{_safe(target)}.{invariant}-{op}{'' if k == 0 else f'-{k + 1}'}.py"
+        path = os.path.join(directory, name)
+        rel = os.path.relpath(path)
+        rel = path if rel.startswith("..") else rel
+        with open(path, "w") as f:
+            f.write(render(invariant, target, e._properties_case, f"{type(e).__name__}: {e}", rel))
+        if hasattr(e, "add_note"):
+            e.add_note(f"replay: python -m properties.replay {rel} [--target MODULE]")
+        paths.append(rel)
+    return paths
+
+
+def load(path: str):
+    """(invariant name, case, target name) from a replay file; ValueError naming what is wrong."""
+    import runpy
+
+    from .case import Case, CECase, MergeCase
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such file")
+    scope = runpy.run_path(path, run_name="properties_replay_file")
+    missing = [k for k in ("INVARIANT", "CASE", "TARGET") if k not in scope]
+    if missing:
+        raise ValueError(f"{path}: not a replay file (no {', '.join(missing)})")
+    case = scope["CASE"]
+    if not isinstance(case, (Case, CECase, MergeCase)):
+        raise ValueError(f"{path}: CASE must be a Case, CECase or MergeCase, got {type(case).__name__}")
+    return scope["INVARIANT"], case, scope["TARGET"]
+
+
+def replay(invariant: str, case, target_name: str):
+    """Run the named invariant's check on case against target_name, once, inside a one-example
+    Hypothesis test (so assume/reject and hypothesis.target behave as in the suite). Returns
+    (status, text): status one of "PASS", "FAIL", "NOT APPLICABLE", "SKIP"."""
+    from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+    from hypothesis.errors import Unsatisfiable
+
+    from . import interpreter
+    from .invariants import REGISTRY
+    from .ops import Target
+    from .test_properties import _skip_reason
+
+    if interpreter.interpreting():
+        interpreter.install()
+    invs = {inv.name: inv for inv in REGISTRY}
+    if invariant not in invs:
+        raise ValueError(f"unknown invariant {invariant!r} (properties/invariants.py has: {', '.join(sorted(invs))})")
+    inv = invs[invariant]
+    if case.op not in inv.ops:
+        raise ValueError(f"invariant {invariant} does not apply to op {case.op!r} (it checks {', '.join(inv.ops)})")
+
+    class Recording(Target):
+        refused = None
+
+        def call(self, op_name, *tensors, **kw):
+            try:
+                return super().call(op_name, *tensors, **kw)
+            except self.refusals as e:
+                self.refused = f"{type(e).__name__}: {e}"
+                raise
+
+    target = Recording(target_name)
+    target.device = "cuda" if torch.cuda.is_available() and not interpreter.interpreting() else "cpu"
+    target.record = False
+    reason = _skip_reason(inv, case.op, target)
+    if reason:
+        return "SKIP", reason
+
+    @settings(max_examples=1, database=None, phases=[Phase.generate], deadline=None, print_blob=False,
+              suppress_health_check=list(HealthCheck))
+    @given(st.just(case))
+    def check(c):
+        inv.check(c, target)
+
+    try:
+        check()
+    except Unsatisfiable:
+        why = f"the target refused it ({target.refused})" if target.refused else "the law's precondition does not hold"
+        return "NOT APPLICABLE", why
+    except Exception as e:  # noqa: BLE001 - a failure of any kind is the report
+        from .case import PropertyFailure
+        text = str(e) if isinstance(e, PropertyFailure) else "".join(traceback.format_exception(e))
+        return "FAIL", text
+    return "PASS", f"[{invariant}] holds for {target_name}.{case.op} on this case"
+
+
+def _files(paths):
+    for p in paths:
+        if os.path.isdir(p):
+            yield from sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".py"))
+        else:
+            yield p
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m properties.replay", description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+", metavar="FILE", help="replay files (or directories of them)")
+    ap.add_argument("--target", default=None, metavar="MODULE",
+                    help="module to replay against (default: the one each file failed on)")
+    args = ap.parse_args(argv)
+    import warnings
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
+    worst = 0
+    files = list(_files(args.files))
+    if not files:
+        print("no replay files found in " + ", ".join(args.files), file=sys.stderr)
+        return 2
+    for path in files:
+        try:
+            invariant, case, failed_on = load(path)
+            status, text = replay(invariant, case, args.target or failed_on)
+        except (ValueError, ImportError) as e:
+            print(f"ERROR {path}: {e}", file=sys.stderr)
+            worst = max(worst, 2)
+            continue
+        print(f"{status} {path}: [{invariant}] {case.op} against {args.target or failed_on}")
+        if status != "PASS":
+            print("  " + text.replace("\n", "\n  "))
+        if status == "FAIL":
+            worst = max(worst, 1)
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The suite's tooling for third-party targets: expected-failure files (properties/expected.py),
+saved counterexamples and their replay (properties/replay.py), the autotune patch for the
+interpreter (properties/interpreter.py) and the adapters' argument checks (properties/targets/)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from . import expected, interpreter, replay, strategies as S
+from .case import Case
+from .strategies import Input, Layout, Logits
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# softmax of one float32 element at finfo.max: exp(x) overflows without the max subtraction
+OVERFLOW = Case("softmax", torch.float32, (Input(Logits(1, 1, "float32", ("const", 3.4028234663852886e+38),
+                                                      family="huge"), (), Layout()),))
+
+
+# ---- expected failures ------------------------------------------------------------------------
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(textwrap.dedent(text))
+    return str(path)
+
+
+def test_xfails_parse_and_match(tmp_path):
+    p = _write(tmp_path / "x.txt", """\
+        # a comment line
+        test_property[matches_oracle-softmax]  # literal brackets
+        properties/test_properties.py::test_property[*-cross_entropy_backward]  # a glob
+
+        test_property[deterministic-?ogsumexp]  # one character
+        """)
+    a, b, c = expected.parse(p)
+    assert (a.reason, a.where) == ("literal brackets", f"{p}:2")
+    assert a.matches("properties/test_properties.py::test_property[matches_oracle-softmax]")
+    assert not a.matches("properties/test_properties.py::test_property[matches_oracle-softmax_backward]")
+    assert not expected.Entry("test_property[matches_oracle-softma]", "r", "").matches("test_property[matches_oracle-softmax]")
+    assert not expected.Entry("test_property[m]", "r", "").matches("test_property[m]x")  # brackets are literal
+    assert b.matches("properties/test_properties.py::test_property[ce_matches_oracle-cross_entropy_backward]")
+    assert not b.matches("properties/test_properties.py::test_property[ce_matches_oracle-cross_entropy]")
+    assert c.matches("x.py::test_property[deterministic-logsumexp]")
+
+
+@pytest.mark.parametrize("line", ["test_property[a-b]", "test_property[a-b]  #   ", "two words  # reason"])
+def test_xfails_bad_line_names_file_and_line(tmp_path, line):
+    p = _write(tmp_path / "bad.txt", f"# ok\n{line}\n")
+    with pytest.raises(ValueError, match=rf"bad\.txt:2: "):
+        expected.parse(p)
+
+
+class _Item:
+    def __init__(self, nodeid):
+        self.nodeid, self.markers = nodeid, []
+
+    def add_marker(self, m):
+        self.markers.append(m)
+
+
+def test_xfails_apply_marks_and_warns(tmp_path):
+    entries = expected.parse(_write(tmp_path / "x.txt", "test_property[a-*]  # known\ntest_property[zz-*]  # stale\n"))
+    items = [_Item("p.py::test_property[a-softmax]"), _Item("p.py::test_property[b-softmax]")]
+    with pytest.warns(expected.XfailsWarning, match=r"x\.txt:2: expected failure 'test_property\[zz-\*\]' matches no collected test"):
+        marked = expected.apply(entries, items)
+    assert marked == {"p.py::test_property[a-softmax]": "known"}
+    (m,) = items[0].markers
+    assert m.name == "xfail" and m.kwargs["strict"] is False and "known" in m.kwargs["reason"]
+    assert items[1].markers == []
+
+
+BROKEN_TARGET = '''
+import torch
+SUITE_REFUSALS = ()
+def logsumexp(x):  # float64 whatever the input: output_dtype_and_shape fails on any example
+    return torch.logsumexp(x.double(), -1)
+'''
+
+
+def test_xfails_and_replay_end_to_end(tmp_path):
+    """A pytest run against a broken pure-torch target: the xfails entry marks the failing test
+    xfailed, the stale entry warns, the failure is saved as a replay file, and replaying that
+    file fails against the broken target and passes against the project's kernels."""
+    _write(tmp_path / "broken_lse.py", BROKEN_TARGET)
+    xf = _write(tmp_path / "xf.txt", "test_property[output_dtype_and_shape-logsumexp]  # returns float64\n"
+                                     "test_property[no_such_invariant-*]  # stale entry\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-m", "properties", "-q", "-p", "no:randomly",
+                          "--target", "broken_lse", "--xfails", xf, "--properties-failures", str(tmp_path / "fail"),
+                          "--hypothesis-profile=ci", "-k", "output_dtype_and_shape-logsumexp",
+                          "properties/test_properties.py", "-W", "default::pytest.PytestWarning"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    assert "1 xfailed" in text and "returns float64" in text, text
+    assert "XfailsWarning" in text and "no_such_invariant" in text, text
+    saved = tmp_path / "fail" / "broken_lse.output_dtype_and_shape-logsumexp.py"
+    assert saved.is_file(), text
+    inv, case, tname = replay.load(str(saved))
+    assert (inv, case.op, tname) == ("output_dtype_and_shape", "logsumexp", "broken_lse")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        status, report = replay.replay(inv, case, "broken_lse")
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert status == "FAIL" and "[output_dtype_and_shape]" in report and "reproducer:" in report
+    assert replay.replay(inv, case, "kernels")[0] == "PASS"
+
+
+# ---- replay -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("target,status", [("properties.mutants.no_max_subtraction", "FAIL"), ("kernels", "PASS")])
+def test_replay_saved_failure(tmp_path, target, status):
+    path = tmp_path / "saved.py"
+    path.write_text(replay.render("matches_oracle", "properties.mutants.no_max_subtraction", OVERFLOW, "", str(path)))
+    inv, case, failed_on = replay.load(str(path))
+    assert (inv, case, failed_on) == ("matches_oracle", OVERFLOW, "properties.mutants.no_max_subtraction")
+    got, text = replay.replay(inv, case, target)
+    assert got == status, text
+    if status == "FAIL":
+        assert text.startswith("[matches_oracle] differs from the FP64 oracle") and "actual=nan" in text
+
+
+def test_replay_cli(tmp_path, capsys):
+    path = tmp_path / "saved.py"
+    path.write_text(replay.render("matches_oracle", "properties.mutants.no_max_subtraction", OVERFLOW))
+    assert replay.main([str(path)]) == 1
+    assert replay.main([str(tmp_path), "--target", "kernels"]) == 0
+    (tmp_path / "junk.py").write_text("x = 1\n")
+    assert replay.main([str(tmp_path / "junk.py")]) == 2
+    assert replay.main([str(tmp_path / "missing.py")]) == 2
+    err = capsys.readouterr().err
+    assert "not a replay file (no INVARIANT, CASE, TARGET)" in err and "missing.py: no such file" in err
+    with pytest.raises(ValueError, match="unknown invariant 'nope'"):
+        replay.replay("nope", OVERFLOW, "kernels")
+    with pytest.raises(ValueError, match="does not apply to op 'softmax'"):
+        replay.replay("ce_matches_oracle", OVERFLOW, "kernels")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(data=st.data(), op=st.sampled_from(["softmax", "softmax_backward", "attention_merge", "cross_entropy_backward"]))
+def test_replay_file_rebuilds_the_case(tmp_path_factory, data, op):
+    """Every kind of case (Case, MergeCase, CECase) survives the replay file: its repr evaluates
+    back to the same case (compared by repr: a NaN fill is not == itself)."""
+    case = data.draw(S.cases(op))
+    path = tmp_path_factory.mktemp("r") / "c.py"
+    path.write_text(replay.render("matches_oracle", "kernels", case))
+    back = replay.load(str(path))[1]
+    assert type(back) is type(case) and repr(back) == repr(case)
+
+
+# ---- the interpreter's autotune patch ---------------------------------------------------------
+@pytest.mark.skipif(not interpreter.interpreting(), reason="the patch is for Triton's interpreter (TRITON_INTERPRET=1)")
+def test_autotuned_kernel_runs_first_pruned_config():
+    import triton
+    import triton.language as tl
+
+    assert interpreter.install()  # the plugin installed it already; idempotent
+
+    def drop_first(configs, named_args, **kwargs):
+        return configs[1:]
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 2}), triton.Config({"BLOCK": 4}), triton.Config({"BLOCK": 8})],
+                     key=["n"], prune_configs_by={"early_config_prune": drop_first})
+    @triton.jit
+    def double(x, y, n, BLOCK: tl.constexpr):
+        o = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y + o, 2 * tl.load(x + o, mask=o < n), mask=o < n)
+
+    x = torch.arange(10, dtype=torch.float32)
+    y = torch.empty_like(x)
+    double[lambda meta: (triton.cdiv(10, meta["BLOCK"]),)](x, y, 10)
+    assert torch.equal(y, 2 * x)
+    assert double.best_config.kwargs == {"BLOCK": 4}  # the first config the kernel's own pruning kept
+
+
+# ---- adapters ---------------------------------------------------------------------------------
+def test_missing_library_names_the_extra():
+    from .targets._common import require
+    with pytest.raises(ImportError, match=r'needs some-lib==1\.0 .*pip install -e "\.\[xtra\]"'):
+        require("no_such_module_for_the_suite", "some-lib==1.0", "xtra")
+
+
+@pytest.mark.parametrize("name", ["liger", "fla"])
+def test_adapter_argument_checks(name):
+    pytest.importorskip({"liger": "liger_kernel", "fla": "fla"}[name])
+    import importlib
+    m = importlib.import_module(f"properties.targets.{name}")
+    x, t = torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)
+    assert m.SUITE_REFUSALS == (NotImplementedError,)
+    with pytest.raises(TypeError, match="logits must be float16, bfloat16, float32 or float64"):
+        m.cross_entropy(x.long(), t)
+    with pytest.raises(TypeError, match="target must be int32 or int64"):
+        m.cross_entropy(x, t.float())
+    with pytest.raises(ValueError, match=r"target must have the logits' batch shape \(2,\)"):
+        m.cross_entropy(x, t[:1])
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        m.cross_entropy(x, t, reduction="avg")
+    with pytest.raises(ValueError, match=r"dloss must have the loss's shape \(2,\)"):
+        m.cross_entropy_backward(x, t, torch.zeros(()), reduction="none")
+    with pytest.raises(ValueError, match=r"dy must have the shape of y"):
+        m.softmax_backward(x, x[:1])
+    with pytest.raises(TypeError, match="x must be a torch.Tensor"):
+        m.softmax([1.0])
+    with pytest.raises(NotImplementedError, match="float64"):
+        m.cross_entropy(x.double(), t)
