@@ -88,6 +88,10 @@ _NO_SPEC = ["n_rows", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "s
             "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
 _NO_ALIGN = _NO_SPEC + ["X", "Y", "PM", "PS", "A", "G", "DX", "PK"]  # (ints too: some versions key "% 16" on this list)
 COL_CONTIG, COL_I32, COL_I64 = 0, 1, 2
+# Both kernels are launched with enable_fp_fusion=False: LLVM contracted a * b - c into an FMA in
+# some variants and not in others (seen on the H200: the strided-output variant of the backward
+# differed from the contiguous one in a cancelling float64 row), which broke the bitwise layout
+# invariance the kernels promise. Memory-bound, they lose nothing measurable by it.
 _EXP_M128: tl.constexpr = tl.constexpr(math.exp(-128.0))
 
 
@@ -291,7 +295,7 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     (sy0, sy1), = plan.out_strides
     syc = plan.out_col_strides[0] or 1
     vec = L.vec_ok(plan.n_cols, (x, sx0, sx1)) and (op == LOGSUMEXP or L.vec_ok(plan.n_cols, (y, sy0, sy1)))
-    common = dict(F64=dtype == torch.float64, YCOL=_col_mode(plan.n_cols, syc), VEC=vec,
+    common = dict(F64=dtype == torch.float64, YCOL=_col_mode(plan.n_cols, syc), VEC=vec, enable_fp_fusion=False,
                   BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
     args = (plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc, cfg.n_chunks)
     if not cfg.split:
@@ -324,7 +328,7 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         (sd0, sd1), = plan.out_strides
         sdc = plan.out_col_strides[0] or 1
         vec = L.vec_ok(plan.n_cols, (ax, sa0, sa1), (gx, sg0, sg1), (dx, sd0, sd1))
-        common = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc), VEC=vec,
+        common = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc), VEC=vec, enable_fp_fusion=False,
                       BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
         if not cfg.split:
