@@ -366,6 +366,7 @@ def vjp_matches_fp64_autograd(case, target):
     # oracle's own FP64 error), y64 torch's FP64 forward (its own FP64 error); each FP64 error
     # within the float64 forward bound. Negligible below float64; for float64 it is the whole term.
     _, fwd64 = truth(OPS[case.op].forward, torch.float64, [x.detach()])
+    fwd64 = torch.nan_to_num(fwd64, nan=0.0)  # NaN where the forward is degenerate: no term, as before
     half_ulp = 0.5 * T.ulp(out64.detach(), case.dtype) + 2 * fwd64
     half_ulp = torch.where(torch.isfinite(out64.detach()), half_ulp, 0.0)  # -inf z rounds exactly
     if case.op == "softmax_backward":
@@ -375,7 +376,8 @@ def vjp_matches_fp64_autograd(case, target):
     else:
         ez = torch.exp(out64.detach())
         extra = ez * half_ulp * g_log.sum(-1, keepdim=True).abs() * 1.01
-    extra = extra.reshape(auto.shape)
+    # an infinite term (z = -finfo.max) times an exact 0 (exp(z), or a zero sum) propagates nothing
+    extra = torch.nan_to_num(extra, nan=0.0).reshape(auto.shape)
     if a.shape != auto.shape:  # expanded layout on y: compare against the broadcast
         auto = auto.expand(a.shape)
         extra = extra.expand(a.shape)
