@@ -3,8 +3,8 @@ each, and accumulated with float atomic adds into a zeroed per-row buffer. Float
 is not associative, so the result depends on the order in which the programs' adds land, which on
 a GPU changes from run to run: two calls on the same input can differ in the last bits (the
 sums stay within the error bound, so only bitwise determinism sees it). The bug class: atomics-based
-split reductions (triton-lang/triton #8424: no deterministic order for tl.atomic_add; intel/
-torch-xpu-ops #3973: tl.atomic_add float32 ordering divergence). Triton's interpreter runs the
+split reductions (triton-lang/triton #8424 asks for a deterministic tl.atomic_add reduction order;
+Triton offers none). Triton's interpreter runs the
 programs in order, so this mutant stands in for the GPU scheduler by reversing the chunk order of
 its programs on every other call -- that reversal is the only artificial part."""
 import torch
