@@ -8,7 +8,8 @@ search's time) and report the size of the first case found: catching is what is 
 Every invariant must catch at least one mutant on its own (issue 5): each mutant module declares
 ``CAUGHT_BY``, the invariants meant to catch it; the union over the zoo must be the whole registry
 (so an invariant added without a mutant that it catches fails here), and each declared
-(mutant, invariant) pair is checked by a search over that invariant's cases alone."""
+(mutant, invariant) pair is checked by a search over that invariant's cases alone, shrunk on
+small shapes (the report prints the counterexample and its size)."""
 from __future__ import annotations
 
 import contextlib
@@ -183,8 +184,8 @@ def caught_by(name: str) -> tuple:
 
 CAUGHT = [pytest.param(name, inv, id=f"{name}-{inv}") for name in sorted(MUTANTS) for inv in caught_by(name)]
 PAIR_EXAMPLES = 400  # a declared catch must show within this many drawn cases of the invariant
-# the pair searches are not shrunk (the report prints the first case found) and draw smaller
-# tensors than the ci profile, with the occasional long row kept; a mutant whose bug needs more uses "ci"
+# the pair searches draw smaller tensors than the ci profile (one invariant's cases shrink in about
+# a second there), with the occasional long row kept; a mutant whose bug needs more uses "ci"
 PAIR_LIMITS = S.Limits(max_rows=4, max_cols=64, long_cols=2100, max_elems=2100)
 PAIR_LIMITS_FOR = {"first_block_only": "ci"}  # its bug needs rows longer than 1024 columns
 
@@ -228,8 +229,7 @@ def test_invariant_catches_mutant(name, inv_name, target):
             return
     limits = LIMITS[PAIR_LIMITS_FOR[name]] if name in PAIR_LIMITS_FOR else PAIR_LIMITS
     try:
-        inv, case = search(module, MUTANTS[name], target.device, PAIR_EXAMPLES, only=inv_name, shrink=False,
-                           limits=limits)
+        inv, case = search(module, MUTANTS[name], target.device, PAIR_EXAMPLES, only=inv_name, limits=limits)
     except errors.NoSuchExample:
         pytest.fail(f"{inv_name} did not catch {name} in {PAIR_EXAMPLES} cases, though {name}.CAUGHT_BY declares it")
     rep = report(inv, case, module, target.device)
