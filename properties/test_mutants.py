@@ -1,21 +1,30 @@
 """The suite must catch each deliberately broken kernel in properties/mutants/. For the two the
 foundation issue names (no max subtraction; sum(g) for sum(y * g)) the counterexample must shrink
-to at most 4 elements per input; the others report their size (the shrinker does not always
-reach the smallest case over (invariant, case) pairs, and catching is what is required). The two
-merge mutants of issue 3 must shrink to at most 4 elements per state tensor too, and print the
-failure report of their shrunk counterexample."""
+to at most 4 elements per input; the two merge mutants of issue 3 and the two cross-entropy
+mutants of issue 4 must shrink to at most 4 elements per tensor too, and print the failure report
+of their shrunk counterexample. The others are searched without shrinking (shrinking is most of a
+search's time) and report the size of the first case found: catching is what is required.
+
+Every invariant must catch at least one mutant on its own (issue 5): each mutant module declares
+``CAUGHT_BY``, the invariants meant to catch it; the union over the zoo must be the whole registry
+(so an invariant added without a mutant that it catches fails here), and each declared
+(mutant, invariant) pair is checked by a search over that invariant's cases alone, shrunk on
+small shapes (the report prints the counterexample and its size)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
+import pkgutil
 
 import pytest
-from hypothesis import HealthCheck, errors, find, settings, strategies as st
+from hypothesis import HealthCheck, Phase, errors, find, settings, strategies as st
 
 from . import strategies as S
 from .case import PropertyFailure
 from .invariants import REGISTRY
 from .ops import Target
+from .test_properties import _skip_reason
 
 MUTANTS = {  # module in properties/mutants -> the op it breaks
     "no_max_subtraction": "softmax",
@@ -39,6 +48,24 @@ MUTANTS = {  # module in properties/mutants -> the op it breaks
     "merge_lse_max": "softmax_merge",  # issue 3: merged lse = max(lse_a, lse_b)
     "ce_mean_counts_ignored": "cross_entropy",  # issue 4: mean divides by all rows
     "ce_none_backward_ignores_dloss": "cross_entropy_backward",  # issue 4: reduction="none" drops dloss
+    # issue 5: a mutant for every invariant that none of the above catches on its own
+    "log_softmax_float32_lse": "log_softmax",  # float64 rows through a float32 lse buffer
+    "autograd_saves_input": "softmax",  # differentiable; the backward uses x for y
+    "logsumexp_dim_transposed": "logsumexp",  # takes dim=; transpose where movedim is meant
+    "atomic_order_split_dot": "softmax_backward",  # split dot product summed by float atomics
+    "merge_first_state_unguarded": "attention_merge",  # lse_a + log(1 + exp(lse_b - lse_a)), lse_a = -inf
+    "merge_in_place": "attention_merge",  # writes the result over the first state
+    "merge_ignores_strides": "softmax_merge",  # states read as if contiguous
+    "merge_tile_wide_max": "attention_merge",  # one shift for a tile of rows
+    "ce_tail_tile_dropped": "cross_entropy",  # the last V % 64 classes never enter the lse
+    "ce_no_max_subtraction": "cross_entropy",  # log(sum(exp(x)))
+    "ce_backward_drops_smoothing": "cross_entropy_backward",  # -eps/V missing from the gradient
+    "ce_softmax_rounded_before_onehot": "cross_entropy_backward",  # p rounded to bf16, then p - 1
+    "ce_ignored_grad_unwritten": "cross_entropy_backward",  # ignored rows left as torch.empty
+    "ce_ignored_mask_multiply": "cross_entropy",  # loss * mask: 0 * NaN
+    "ce_dloss_strides_ignored": "cross_entropy_backward",  # dloss read with a unit stride
+    "ce_grad_in_logits": "cross_entropy_backward",  # gradient written over the logits
+    "ce_no_target_check": "cross_entropy",  # out-of-range targets not rejected
 }
 
 MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4, "merge_lse_arithmetic": 4, "merge_lse_max": 4,
@@ -46,48 +73,65 @@ MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4, "merge_lse_arithme
 
 
 @contextlib.contextmanager
-def small_shapes():
-    """The ci profile's shape limits whatever the profile: the mutants' bugs show on small
-    tensors, and on a GPU the gpu profile's shapes would make each search take minutes."""
+def small_shapes(limits: S.Limits = None):
+    """The ci profile's shape limits (or the given ones) whatever the profile: the mutants' bugs
+    show on small tensors, and on a GPU the gpu profile's shapes would make each search take minutes."""
     from .plugin import LIMITS
-    saved = S.set_limits(LIMITS["ci"])
+    saved = S.set_limits(limits or LIMITS["ci"])
     try:
         yield
     finally:
         S.set_limits(saved)
 
 
-def search(module: str, op: str, device: str, max_examples: int):
+def search(module: str, op: str, device: str, max_examples: int, only: str = None, shrink: bool = True,
+           limits: S.Limits = None):
     """Hypothesis.find over (invariant, case) pairs for op: the smallest case on which some
-    invariant fails for the module (NoSuchExample if none does), on small shapes."""
-    with small_shapes():
-        return _search(module, op, device, max_examples)
+    invariant fails for the module (NoSuchExample if none does), on small shapes. The invariants
+    are those the suite runs for op against the module (its needs met: dim=, autograd); only=NAME
+    searches that invariant alone, and then only its PropertyFailure counts (not a crash of the
+    mutant). shrink=False returns the first case found, unshrunk (shrinking is most of a search's
+    time: Hypothesis redraws the case hundreds of times); limits replaces the ci profile's shape limits."""
+    with small_shapes(limits):
+        return _search(module, op, device, max_examples, only, shrink)
 
 
-def _search(module: str, op: str, device: str, max_examples: int):
+def _search(module: str, op: str, device: str, max_examples: int, only=None, shrink=True):
     mutant = Target(module)
     mutant.device = device
     mutant.record = False  # keep the searches out of the suite's error statistics
-    invariants = [inv for inv in REGISTRY if op in inv.ops and not inv.needs]
+    invariants = [inv for inv in REGISTRY if op in inv.ops and _skip_reason(inv, op, mutant) is None
+                  and (only is None or inv.name == only)]
+    assert invariants, f"no invariant {only or ''} applies to {module}.{op}"
     # draw (invariant, case) pairs exactly as the suite does, each invariant with its own inputs
     pairs = st.sampled_from(invariants).flatmap(
         lambda inv: S.cases(op, inv.families, inv.max_cols).map(lambda case: (inv, case)))
+    seen = {}  # (invariant, case) -> caught: a replay agrees even for a mutant with state
 
     def caught(pair) -> bool:
         inv, case = pair
+        key = (inv.name, repr(case))
+        if key not in seen:
+            seen[key] = _caught(inv, case)
+        return seen[key]
+
+    def _caught(inv, case) -> bool:
         try:
             inv.check(case, mutant)
-        except PropertyFailure:
+        except PropertyFailure as e:
+            if only is not None and not str(e).startswith(f"[{only}]"):
+                raise AssertionError(f"{only} raised another invariant's failure:\n{e}") from e
             return True
         except errors.UnsatisfiedAssumption:
             return False
         except errors.HypothesisException:  # a harness error must never count as a catch
             raise
         except Exception:  # a crash of the mutant is a failure too, as in the suite itself
-            return True
+            return only is None  # ... but it is no evidence that the named invariant catches it
         return False
 
-    return find(pairs, caught, settings=settings(max_examples=max_examples, database=None, derandomize=True,
+    phases = (Phase.generate, Phase.shrink) if shrink else (Phase.generate,)
+    return find(pairs, caught, settings=settings(max_examples=max_examples, database=None, derandomize=True, phases=phases,
                                                   deadline=None, suppress_health_check=list(HealthCheck)))
 
 
@@ -105,10 +149,16 @@ def report(inv, case, module: str, device: str) -> str:
     return "(the counterexample did not reproduce)"
 
 
+_FOUND = {}  # mutant -> (invariant, case) of its test_suite_catches_mutant, reused by the pair test below
+
+
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_suite_catches_mutant(name, target):
+    """The suite (every invariant it runs on the mutant's op) catches the mutant. Only the mutants
+    with a size limit are shrunk; the others report the first case found (on ci shapes)."""
     module = f"properties.mutants.{name}"
-    inv, case = search(module, MUTANTS[name], target.device, 1000)
+    inv, case = search(module, MUTANTS[name], target.device, 1000, shrink=name in MAX_ELEMENTS)
+    _FOUND[name] = (inv, case)
     sizes = [t.numel() for t in case.tensors(target.device)]
     print(f"{name}: caught by {inv.name}; counterexample sizes {sizes}\n{report(inv, case, module, target.device)}")
     limit = MAX_ELEMENTS.get(name, math.inf)
@@ -122,3 +172,71 @@ def test_control_correct_kernels_are_not_caught(op, target):
     bug, not the search's (this control once exposed two harness errors counted as catches)."""
     with pytest.raises(errors.NoSuchExample):
         search("kernels", op, target.device, 150)
+
+
+# ----------------------------------------------------------------------------------------------
+# every invariant catches at least one mutant, on its own (issue 5)
+# ----------------------------------------------------------------------------------------------
+def caught_by(name: str) -> tuple:
+    """The invariants a mutant module declares will catch it (its CAUGHT_BY)."""
+    return tuple(getattr(importlib.import_module(f"properties.mutants.{name}"), "CAUGHT_BY", ()))
+
+
+CAUGHT = [pytest.param(name, inv, id=f"{name}-{inv}") for name in sorted(MUTANTS) for inv in caught_by(name)]
+PAIR_EXAMPLES = 400  # a declared catch must show within this many drawn cases of the invariant
+# the pair searches draw smaller tensors than the ci profile (one invariant's cases shrink in about
+# a second there), with the occasional long row kept; a mutant whose bug needs more uses "ci"
+PAIR_LIMITS = S.Limits(max_rows=4, max_cols=64, long_cols=2100, max_elems=2100)
+PAIR_LIMITS_FOR = {"first_block_only": "ci"}  # its bug needs rows longer than 1024 columns
+
+
+def test_zoo_covers_every_invariant():
+    """Every module in properties/mutants/ is in MUTANTS and declares CAUGHT_BY: registered
+    invariants that the suite runs on the module's op; and together they name every invariant in
+    the registry, so each invariant has a mutant that it alone catches (checked pair by pair in
+    test_invariant_catches_mutant)."""
+    import properties.mutants as pkg
+    modules = {m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")}
+    assert modules == set(MUTANTS), f"mutants not in MUTANTS: {modules - set(MUTANTS)}; missing: {set(MUTANTS) - modules}"
+    names = {inv.name: inv for inv in REGISTRY}
+    covered = set()
+    for name, op in MUTANTS.items():
+        declared = caught_by(name)
+        assert declared, f"properties/mutants/{name}.py declares no CAUGHT_BY"
+        mutant = Target(f"properties.mutants.{name}")
+        for inv in declared:
+            assert inv in names, f"{name}.CAUGHT_BY names {inv!r}, which is not a registered invariant"
+            assert op in names[inv].ops, f"{name}.CAUGHT_BY: {inv} does not apply to {op}"
+            reason = _skip_reason(names[inv], op, mutant)
+            assert reason is None, f"{name}.CAUGHT_BY: the suite skips {inv} on it ({reason})"
+        covered |= set(declared)
+    missing = sorted(set(names) - covered)
+    assert not missing, f"invariants that no mutant is declared to catch (add a mutant for each): {missing}"
+
+
+@pytest.mark.parametrize("name,inv_name", CAUGHT)
+def test_invariant_catches_mutant(name, inv_name, target):
+    """The declared invariant alone, over its own cases (families, max_cols) as the suite draws
+    them, finds a case on which the mutant fails it. When test_suite_catches_mutant (same process)
+    already shrank to a catch by this invariant, that case is the evidence and no search runs."""
+    from .plugin import LIMITS
+    module = f"properties.mutants.{name}"
+    if name in _FOUND and _FOUND[name][0].name == inv_name:
+        inv, case = _FOUND[name]
+        rep, how = report(inv, case, module, target.device), "reused from test_suite_catches_mutant"
+        if rep.startswith(f"[{inv_name}]"):  # a PropertyFailure of this invariant, not a crash
+            _print_catch(name, inv_name, how, case, rep, target.device)
+            return
+    limits = LIMITS[PAIR_LIMITS_FOR[name]] if name in PAIR_LIMITS_FOR else PAIR_LIMITS
+    try:
+        inv, case = search(module, MUTANTS[name], target.device, PAIR_EXAMPLES, only=inv_name, limits=limits)
+    except errors.NoSuchExample:
+        pytest.fail(f"{inv_name} did not catch {name} in {PAIR_EXAMPLES} cases, though {name}.CAUGHT_BY declares it")
+    rep = report(inv, case, module, target.device)
+    _print_catch(name, inv_name, "searched", case, rep, target.device)
+    assert rep.startswith(f"[{inv_name}]"), f"the shrunk case does not reproduce the catch:\n{rep}"
+
+
+def _print_catch(name, inv_name, how, case, rep, device):
+    sizes = [t.numel() for t in case.tensors(device)]
+    print(f"{name}: caught by {inv_name} alone ({how}); counterexample sizes {sizes}\n{rep}")

@@ -4,8 +4,15 @@ counterexample to a small tensor; run one by hand with
 
     python -m pytest -m properties --target properties.mutants.no_max_subtraction
 
-Each kernel is a one-row-per-program Triton kernel in the style of seed 000 (whole row in one
-block, rows made contiguous first), correct except for its named bug. The two cross-entropy
-mutants (ce_*) are bugs of the launcher around the kernel (the reduction, the cotangent), so they
-call the project's CE Triton kernels and break only that step.
+Most kernels are one-row-per-program Triton kernels in the style of seed 000 (whole row in one
+block, rows made contiguous first; the cross-entropy ones loop over tiles, _ce_base.py), correct
+except for their named bug, marked ``# BUG``. Some bugs live in the launcher or the autograd wiring
+around a kernel (a reduction, a stride, a saved tensor, an in-place write-back); those modules call
+the project's Triton kernels and break only that step. A module may also offer the project's
+correct ops beside its broken one, so identities between ops can see the bug.
+
+Each module declares ``CAUGHT_BY``: the invariants that catch it on their own. Together the
+declarations cover every invariant in properties/invariants.py (test_zoo_covers_every_invariant),
+and each declared pair is checked by a search over that invariant alone
+(test_invariant_catches_mutant).
 """

@@ -31,3 +31,6 @@ def softmax_backward(y, dy):
         _kernel[(triton.cdiv(y2.shape[0], 2),)](y2, g2, dx, y2.shape[0], y2.shape[1], F64=y.dtype == torch.float64, BLOCK_R=2,
                                                  BLOCK=max(16, triton.next_power_of_2(y2.shape[1])))
     return dx.reshape(y.shape)
+
+
+CAUGHT_BY = ('row_independence',)  # the invariants that catch it on their own (properties/test_mutants.py)

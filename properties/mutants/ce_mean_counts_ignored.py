@@ -15,3 +15,6 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     if reduction == "mean":
         return (rows.to(torch.float64).sum() / rows.numel()).to(logits.dtype)  # BUG: counts ignored rows
     return _ce.reduce_loss(rows, target, ignore_index, reduction, logits.dtype)
+
+
+CAUGHT_BY = ('ce_matches_oracle', 'ce_reductions_agree')  # the invariants that catch it on their own (properties/test_mutants.py)

@@ -16,3 +16,6 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
         dloss = torch.ones(target.shape, dtype=dloss.dtype, device=dloss.device)  # BUG: dloss ignored
     _, lse = _ce.forward_rows(logits, target, ignore_index, float(label_smoothing))
     return _ce.backward_rows(logits, target, dloss, lse, ignore_index, reduction, float(label_smoothing))
+
+
+CAUGHT_BY = ('ce_matches_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)

@@ -28,3 +28,6 @@ def softmax(x):
         block = min(1024, max(16, triton.next_power_of_2(x2.shape[1])))  # BUG: capped, no loop
         _kernel[(x2.shape[0],)](x2, y, x2.shape[1], F64=x.dtype == torch.float64, BLOCK=block)
     return y.reshape(x.shape)
+
+
+CAUGHT_BY = ('all_outputs_written',)  # the invariants that catch it on their own (properties/test_mutants.py)

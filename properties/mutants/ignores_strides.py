@@ -28,3 +28,6 @@ def softmax(x):
         base = x.as_strided((rows, n), (n, 1))
         _kernel[(rows,)](base, y, n, F64=base.dtype == torch.float64, BLOCK=max(16, triton.next_power_of_2(n)))
     return y
+
+
+CAUGHT_BY = ('layout_invariance',)  # the invariants that catch it on their own (properties/test_mutants.py)

@@ -25,3 +25,6 @@ def softmax(x):
     if y2.numel():
         _kernel[(y2.shape[0],)](y2, y2.shape[1], y2.stride(0), F64=x.dtype == torch.float64, BLOCK=max(16, triton.next_power_of_2(y2.shape[1])))
     return y
+
+
+CAUGHT_BY = ('inputs_unmodified',)  # the invariants that catch it on their own (properties/test_mutants.py)

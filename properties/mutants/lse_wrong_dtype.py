@@ -8,3 +8,6 @@ from kernels import logsumexp as _lse
 def logsumexp(x):
     out = _lse(x)
     return out.to(x.dtype)  # BUG: the contract is float32 for 16/32-bit input
+
+
+CAUGHT_BY = ('output_dtype_and_shape',)  # the invariants that catch it on their own (properties/test_mutants.py)

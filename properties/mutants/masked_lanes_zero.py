@@ -20,3 +20,6 @@ def _kernel(X, Y, n, F64: tl.constexpr, BLOCK: tl.constexpr):
 
 def softmax(x):
     return launch_forward(_kernel, x, "softmax")
+
+
+CAUGHT_BY = ('unit_row_sums', 'constant_row_uniform', 'shift_invariance')  # the invariants that catch it on their own (properties/test_mutants.py)

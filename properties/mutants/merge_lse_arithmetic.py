@@ -29,3 +29,6 @@ def _kernel(OA, LA, OB, LB, O, LO, da, db, F64: tl.constexpr, BLOCK: tl.constexp
 
 def attention_merge(o_a, lse_a, o_b, lse_b):
     return launch(_kernel, o_a, lse_a, o_b, lse_b, "attention_merge", concat=False)
+
+
+CAUGHT_BY = ('merge_identity', 'merge_tree_matches_one_shot')  # the invariants that catch it on their own (properties/test_mutants.py)

@@ -36,3 +36,6 @@ def _kernel(PA, LA, PB, LB, P, LO, da, db, F64: tl.constexpr, BLOCK: tl.constexp
 
 def softmax_merge(p_a, lse_a, p_b, lse_b):
     return launch(_kernel, p_a, lse_a, p_b, lse_b, "softmax_merge", concat=True)
+
+
+CAUGHT_BY = ('merge_step_matches_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)

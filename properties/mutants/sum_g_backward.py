@@ -21,3 +21,6 @@ def _kernel(Yp, G, DX, n, F64: tl.constexpr, BLOCK: tl.constexpr):
 
 def softmax_backward(y, dy):
     return launch_backward(_kernel, y, dy, "softmax_backward")
+
+
+CAUGHT_BY = ('matches_oracle', 'vjp_rows_sum_to_zero', 'vjp_matches_fp64_autograd', 'vjp_matches_finite_differences')  # the invariants that catch it on their own (properties/test_mutants.py)

@@ -32,3 +32,6 @@ def softmax(x):
         _kernel[(triton.cdiv(x2.shape[0], 4),)](x2, y, x2.shape[0], x2.shape[1], F64=x.dtype == torch.float64, BLOCK_R=4,
                                                  BLOCK=max(16, triton.next_power_of_2(x2.shape[1])))
     return y.reshape(x.shape)
+
+
+CAUGHT_BY = ('row_independence',)  # the invariants that catch it on their own (properties/test_mutants.py)
