@@ -100,6 +100,16 @@ def _collapse(sizes, stride_lists):
     return out
 
 
+def row_pairs(dims, n_tensors: int):
+    """(n1, [(s0, s1)] per tensor) from at most two collapsed batch axes (_collapse): row r sits
+    at (r // n1) s0 + (r % n1) s1."""
+    if len(dims) == 0:
+        return 1, [(0, 0)] * n_tensors
+    if len(dims) == 1:
+        return max(dims[0][0], 1), [(0, s) for s in dims[0][1]]
+    return max(dims[1][0], 1), list(zip(dims[0][1], dims[1][1]))
+
+
 @dataclass
 class RowPlan:
     n_rows: int
@@ -137,15 +147,10 @@ def plan_rows(inputs, outputs, dim: int) -> RowPlan:
         moved = [m.contiguous() for m in moved]
     else:  # pragma: no cover - outputs are contiguous in the original order, so this cannot happen
         raise AssertionError("row layout needs more than two batch axes after copying the inputs")
-    if len(dims) == 0:
-        n1, pairs = 1, [(0, 0)] * len(strides)
-    elif len(dims) == 1:
-        n1, pairs = dims[0][0], [(0, s) for s in dims[0][1]]
-    else:
-        n1, pairs = dims[1][0], list(zip(dims[0][1], dims[1][1]))
+    n1, pairs = row_pairs(dims, len(strides))
     k = len(moved)
     col = [None if pr else (v.stride(-1) if n_cols > 1 else 1) for v, (o, pr) in zip(out_views, outputs)]
-    return RowPlan(n_rows, n_cols, max(n1, 1), moved, pairs[:k], pairs[k:], col)
+    return RowPlan(n_rows, n_cols, n1, moved, pairs[:k], pairs[k:], col)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -243,13 +243,8 @@ def _plan(batch, row_inputs, lse_inputs, outputs):
             break
         rows_t = [t.contiguous() for t in rows_t]
         lses = [t.contiguous() for t in lses]
-    if len(dims) == 0:
-        n1, pairs = 1, [(0, 0)] * len(strides)
-    elif len(dims) == 1:
-        n1, pairs = dims[0][0], [(0, s) for s in dims[0][1]]
-    else:
-        n1, pairs = dims[1][0], list(zip(dims[0][1], dims[1][1]))
-    return n_rows, max(n1, 1), rows_t, lses, pairs
+    n1, pairs = L.row_pairs(dims, len(strides))
+    return n_rows, n1, rows_t, lses, pairs
 
 
 def _tile(n_cols: int, n_rows: int, dtype: torch.dtype):

@@ -5,10 +5,32 @@ whose helpers compute the per-row lse and reduce the loss). A forward kernel tak
 (X, T, LSE, SC, DX, P, V, sxr, st, ss, ignore_index) and writes dx. P holds [eps, 1/V] in the compute
 dtype (a Python float reaches a kernel as float32, too coarse for float64 rows)."""
 import torch
+import triton
+import triton.language as tl
 
 from kernels import _cross_entropy as _ce
 
 BLOCK = 64  # classes per loop iteration: small, so CPU runs reach the looped path
+
+
+@triton.jit
+def row_start(T, P, st, ignore_index, F64: tl.constexpr):
+    """This program's row and what every kernel reads first: (row, eps, 1/V, target, ignored)."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    row = tl.program_id(0).to(tl.int64)
+    t = tl.load(T + row * st).to(tl.int64)
+    return row, tl.load(P).to(CT), tl.load(P + 1).to(CT), t, t == ignore_index
+
+
+@triton.jit
+def store_loss(X, LOSS, row, sxr, V, t, ign, lse, sx, eps, inv_v):
+    """loss = (1 - eps)(lse - x_t) + eps (lse - mean x), 0 on an ignored row (a correct finish
+    of a forward kernel whose lse and sum of x are given)."""
+    tc = tl.where(ign, 0, t)
+    xt = tl.load(X + row * sxr + tc, mask=~ign & (tc >= 0) & (tc < V), other=0.0).to(lse.dtype)
+    loss = (1.0 - eps) * (lse - xt)
+    loss += tl.where(eps > 0, eps * (lse - sx * inv_v), 0.0)
+    tl.store(LOSS + row, tl.where(ign, 0.0, loss))
 
 
 def _params(eps: float, V: int, ct, device) -> torch.Tensor:

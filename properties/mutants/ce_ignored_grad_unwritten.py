@@ -7,17 +7,13 @@ import triton.language as tl
 
 from kernels._numerics import to_out
 
-from ._ce_base import launch_backward
+from ._ce_base import launch_backward, row_start
 
 
 @triton.jit
 def _kernel(X, T, LSE, SC, DX, P, V, sxr, st, ss, ignore_index, F64: tl.constexpr, BLOCK: tl.constexpr):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
-    row = tl.program_id(0).to(tl.int64)
-    eps = tl.load(P).to(CT)
-    inv_v = tl.load(P + 1).to(CT)
-    t = tl.load(T + row * st).to(tl.int64)
-    ign = t == ignore_index
+    row, eps, inv_v, t, ign = row_start(T, P, st, ignore_index, F64)
     lse = tl.load(LSE + row).to(CT)
     scale = tl.load(SC + row * ss).to(CT)
     for start in range(0, V, BLOCK):

@@ -5,17 +5,13 @@ logsumexp (no_max_subtraction and logsumexp_no_max are the softmax-op ones)."""
 import triton
 import triton.language as tl
 
-from ._ce_base import launch_forward
+from ._ce_base import launch_forward, row_start, store_loss
 
 
 @triton.jit
 def _kernel(X, T, LOSS, P, V, sxr, st, ignore_index, F64: tl.constexpr, BLOCK: tl.constexpr):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
-    row = tl.program_id(0).to(tl.int64)
-    eps = tl.load(P).to(CT)
-    inv_v = tl.load(P + 1).to(CT)
-    t = tl.load(T + row * st).to(tl.int64)
-    ign = t == ignore_index
+    row, eps, inv_v, t, ign = row_start(T, P, st, ignore_index, F64)
     s = tl.zeros([], CT)
     sx = tl.zeros([], CT)
     for start in range(0, V, BLOCK):
@@ -24,11 +20,7 @@ def _kernel(X, T, LOSS, P, V, sxr, st, ignore_index, F64: tl.constexpr, BLOCK: t
         s += tl.sum(tl.exp(x), 0)  # BUG: exp(x - max) with the max added back to the log
         sx += tl.sum(tl.where(cols < V, x, 0.0), 0)
     lse = tl.log(s)
-    tc = tl.where(ign, 0, t)
-    xt = tl.load(X + row * sxr + tc, mask=~ign & (tc >= 0) & (tc < V), other=0.0).to(CT)
-    loss = (1.0 - eps) * (lse - xt)
-    loss += tl.where(eps > 0, eps * (lse - sx * inv_v), 0.0)
-    tl.store(LOSS + row, tl.where(ign, 0.0, loss))
+    store_loss(X, LOSS, row, sxr, V, t, ign, lse, sx, eps, inv_v)
 
 
 def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
