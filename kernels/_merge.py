@@ -105,9 +105,9 @@ def _attention_merge_kernel(
     for start in range(0, n_cols, BLOCK_D):
         cols = (start + tl.arange(0, BLOCK_D))[None, :]
         mask = rmask[:, None] & (cols < n_cols)
-        # an empty side is not read: its values never matter
-        ma = mask & ~a_empty[:, None]
-        mb = mask & ~b_empty[:, None]
+        # an empty side's values never matter (the selects below drop them), but they are read:
+        # a load masked by the lse would wait for the lse loads, and the two round trips to
+        # memory in series left the kernel at 0.8 of copy
         pa = OA + offa + cols
         pb = OB + offb + cols
         po = O + offo + cols
@@ -116,10 +116,8 @@ def _attention_merge_kernel(
             pb = tl.max_contiguous(tl.multiple_of(pb, [1, 16]), [1, 16])
             po = tl.max_contiguous(tl.multiple_of(po, [1, 16]), [1, 16])
             mask = tl.max_constancy(mask, [1, 16])
-            ma = tl.max_constancy(ma, [1, 16])
-            mb = tl.max_constancy(mb, [1, 16])
-        oa = tl.load(pa, mask=ma, other=0.0)
-        ob = tl.load(pb, mask=mb, other=0.0)
+        oa = tl.load(pa, mask=mask, other=0.0)
+        ob = tl.load(pb, mask=mask, other=0.0)
         v = wa[:, None] * oa.to(CT) + wb[:, None] * ob.to(CT)
         v = tl.where(poison[:, None], float("nan"), tl.where(both_empty[:, None], 0.0, v))
         out = to_out(v, O.dtype.element_ty)
@@ -169,15 +167,13 @@ def _softmax_merge_kernel(
         copy_rows = a_empty
     cols = c0 + tl.arange(0, BLOCK_D)
     mask = rmask[:, None] & (cols < n)[None, :]
-    lmask = mask & ~zero_rows[:, None]
     sp = src[:, None] + cols[None, :]
     dp = dst[:, None] + cols[None, :]
     if VEC:
         sp = tl.max_contiguous(tl.multiple_of(sp, [1, 16]), [1, 16])
         dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
         mask = tl.max_constancy(mask, [1, 16])
-        lmask = tl.max_constancy(lmask, [1, 16])
-    x = tl.load(sp, mask=lmask, other=0.0)
+    x = tl.load(sp, mask=mask, other=0.0)  # read even for an empty side (see attention_merge)
     v = w[:, None] * x.to(CT)
     v = tl.where(nan_rows[:, None], float("nan"), tl.where(zero_rows[:, None], 0.0, v))
     out = to_out(v, P.dtype.element_ty)
@@ -249,11 +245,12 @@ def _plan(batch, row_inputs, lse_inputs, outputs):
 
 def _tile(n_cols: int, n_rows: int, dtype: torch.dtype):
     """[BLOCK_R, BLOCK_D]: BLOCK_D the row length (at least 16, at most one tile), BLOCK_R the rest
-    of a tile of 8 (2-byte) to 2 (8-byte) thousand elements, i.e. 16 KB per input in flight."""
+    of a tile of 8 (2-byte) to 2 (8-byte) thousand elements, i.e. 16 KB per input in flight.
+    BLOCK_R does not shrink for few rows: each (BLOCK_D, dtype) is then one compiled variant (a
+    GPU run of the suite had compiled ~500 softmax_merge variants), and masked rows cost nothing."""
     te = L.tile_elems(dtype)
     bd = min(te, max(16, triton.next_power_of_2(max(n_cols, 1))))
-    br = max(1, min(te // bd, triton.next_power_of_2(max(n_rows, 1))))
-    return br, bd
+    return te // bd, bd
 
 
 @L.on_tensor_device
@@ -261,8 +258,8 @@ def attention_merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, l
     """Merge two partial attention states over disjoint key sets (ring attention's update):
     ``lse = log(exp(lse_a) + exp(lse_b))``, ``o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b``.
     o_a, o_b: (..., Dv) of one float dtype; lse_a, lse_b: (...) float32 (float64 for float64 o).
-    Returns fresh contiguous (o, lse) with o_a's dtype. lse = -inf marks an empty state (its o is
-    never read); two empty states give o = 0, lse = -inf."""
+    Returns fresh contiguous (o, lse) with o_a's dtype. lse = -inf marks an empty state (its o never
+    reaches the output); two empty states give o = 0, lse = -inf."""
     name = "attention_merge"
     _check(name, ("o_a", "lse_a", "o_b", "lse_b"), (o_a, lse_a, o_b, lse_b), same_last=True)
     batch = tuple(o_a.shape[:-1])

@@ -19,6 +19,16 @@ All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
   two, or as one float64). Scaled by the power of two above the
   largest magnitude (exact), then summed as above: absolute error below ``n * 2**-79 * max|v|``.
   Non-finite input falls back to an ordinary sum (NaN or the infinity, order-free).
+* ``sum_exp(e)``: the fast forward sum (16/32-bit inputs): float32 values in [0, 1], rows of at
+  most 2**14, each rounded to a multiple of 2**-39 in float32 and summed in float64, where every
+  partial sum is then exact. Error below ``n * 2**-40``.
+* ``sum_exact64(v)``: the fast backward sum (16/32-bit inputs): float64 values below 2**1009,
+  rows of at most 2**14, each rounded to a multiple of 2**(k-39) (2**k above the row's largest
+  magnitude) by adding and subtracting a constant, then summed exactly in float64. Error below
+  ``n * 2**-39 * max|v|``.
+  Both cost a few float adds per element where the fixed-point limbs cost three 64-bit
+  conversions, which made the 16-bit kernels compute-bound.
+* ``exp_ftz(x)``: float32 exp without the subnormal fix-up (FTZ).
 * ``to_out(v, dtype)``: round to the output dtype to nearest-even. The Triton interpreter (3.6 to
   3.9) truncates float32 -> bfloat16; there the rounding is done on the bits instead.
 """
@@ -42,6 +52,53 @@ def nanmax(x):
     m = tl.max(x, 1)
     has_nan = tl.max((x != x).to(tl.int32), 1) > 0
     return tl.where(has_nan, float("nan"), m)
+
+
+_T16: tl.constexpr = tl.constexpr(2.0**-16)
+_LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def exp_ftz(x):
+    """exp of float32 x, subnormal results flushed to zero (the tolerance table allows it). On the
+    GPU two instructions (a multiply and ex2.approx.ftz, within 2 ulp); Triton's tl.exp adds two
+    predicated multiplies per element to keep subnormal results, a tenth of the 16-bit forward's
+    instructions. The interpreter has no inline assembly: tl.exp there."""
+    if _INTERPRET:
+        return tl.exp(x)
+    else:
+        return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * _LOG2E],
+                                         dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def sum_exp(e):
+    """Order-independent sum of float32 values in [0, 1] over rows of at most 2**14 elements;
+    returns float64. A float32 value >= 2**-16 is a multiple of 2**-39 (its ulp); a smaller one
+    is rounded to a multiple of 2**-39 by (e + 2**-16) - 2**-16 (the sum lies in [2**-16, 2**-15),
+    whose spacing is 2**-39; the subtraction is exact). Every partial sum is then a multiple of
+    2**-39 below 2**14, i.e. below 2**53 units: float64 adds it exactly, in any order. Error below
+    n * 2**-40 (absolute; the row max contributes exp(0) = 1, so relative to a sum >= 1). NaN and
+    inf pass through."""
+    r = tl.where(e < _T16, (e + _T16) - _T16, e)
+    return tl.sum(r.to(tl.float64), 1)
+
+
+@triton.jit
+def sum_exact64(v):
+    """Order-independent sum of float64 values over rows of at most 2**14 elements, each below
+    2**1009 in magnitude (true of the products and values of 16/32-bit inputs). With 2**k above
+    the row's largest |v|, C = 1.5 * 2**(k+13): v + C stays in C's binade [2**(k+13), 2**(k+14)),
+    whose spacing is 2**(k-39), so (v + C) - C is v rounded to a multiple of 2**(k-39) (the
+    subtraction is exact). Every partial sum is a multiple of 2**(k-39) below 2**(k+14): exact
+    in float64, in any order. Error below n * 2**(k-40) <= n * 2**-39 * max|v|. A row with an
+    infinity is summed plainly (its sum is an infinity or NaN whatever the order); NaN passes."""
+    big = tl.max(tl.abs(v), 1)
+    k = exponent_above(big)
+    c = _pow2(tl.minimum(k, 1000) + 13) * 1.5
+    r = (v + c[:, None]) - c[:, None]
+    r = tl.where((big < float("inf"))[:, None], r, v)
+    return tl.sum(r, 1)
 
 
 @triton.jit

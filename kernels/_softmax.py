@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import ldexp, nanmax, sum_parts, sum_scaled, sum_unit, to_out
+from ._numerics import exp_ftz, ldexp, nanmax, sum_exact64, sum_exp, sum_parts, sum_scaled, sum_unit, to_out
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 WHOLE, PARTIAL, FINISH = 0, 1, 2
@@ -127,13 +127,27 @@ def _fwd_kernel(
         fin = tl.abs(m) < float("inf")
         ms = tl.where(fin, m, 0.0)
         d = x - ms[:, None]
-    else:
+        e = tl.exp(d) if F64 else exp_ftz(d)
+    elif F64:
         m = nanmax(x)
         fin = tl.abs(m) < float("inf")
         ms = tl.where(fin, m, 0.0)
         d = x - ms[:, None]
         e = tl.where(fin[:, None], tl.exp(d), 0.0)
         s64 = sum_unit(e)
+    else:
+        # the fast path: tl.max may drop a NaN, but then exp(x - ms) is NaN for that element and
+        # the sum carries it; the row's outputs are NaN by `fin` below (m is set to NaN)
+        tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
+        m = tl.max(x, 1)
+        fin = tl.abs(m) < float("inf")
+        ms = tl.where(fin, m, 0.0)
+        d = x - ms[:, None]
+        e = exp_ftz(d)
+        s64 = sum_exp(e)  # NaN exactly when the row holds a NaN (e <= 1 or inf otherwise)
+        m = tl.where(s64 != s64, float("nan"), m)
+        fin = fin & (s64 == s64)
+    if PHASE != 2:
         if PHASE == 1:
             poff = rows * n_chunks + tl.program_id(1)
             tl.store(PM + poff, m.to(tl.float64), mask=rmask)
@@ -146,11 +160,19 @@ def _fwd_kernel(
     else:
         if OP == 0:
             # 0 <= y <= 1 exactly; the GPU's approximate division (div.full.f32, 2 ulp) can
-            # return 1 + ulp for e == s, so clamp (a NaN row is restored just below)
-            y = tl.minimum(tl.exp(d) / s[:, None], 1.0)
+            # return 1 + ulp for e == s, so clamp (a NaN row is restored just below). 16/32-bit:
+            # one reciprocal per row, a multiply per element (exp 4 + reciprocal 4 + product 1
+            # + rounding of s 1 = the 10 u of the tolerance table's division budget)
+            if F64:
+                y = tl.minimum(e / s[:, None], 1.0)
+                y = tl.where(fin[:, None], y, float("nan"))
+            else:
+                # the row's NaN rides on its reciprocal: a NaN-propagating min keeps it, and
+                # no per-element select is needed
+                r = tl.where(fin, 1.0 / s, float("nan"))
+                y = tl.minimum(e * r[:, None], 1.0, propagate_nan=tl.PropagateNan.ALL)
         else:
-            y = d - tl.log(s)[:, None]
-        y = tl.where(fin[:, None], y, float("nan"))
+            y = d - tl.where(fin, tl.log(s), float("nan"))[:, None]
         yoff = _row_off(rows, n1, sy0, sy1)
         if YCOL == 0:
             yp = Y + yoff[:, None] + cols[None, :]
@@ -203,10 +225,17 @@ def _bwd_kernel(
         parts = ldexp(tl.load(PS + poff, mask=pmask, other=0.0), (kc - K[:, None]).to(tl.int64))
         tot = sum_scaled(parts)
         k = K.to(tl.int64)
-    else:
+    elif F64:
         # sum(term) = tot * 2**k, k from the row's largest |term| (not |g|: scaling a small
         # y * g by a large g's exponent would round it to a subnormal)
         tot, k = sum_parts(term)
+    else:
+        # 16/32-bit inputs: the terms (exact float64 products) stay below 2**256 and their sum
+        # cannot overflow, so it is formed directly (k = 0) with the cheaper exact sum
+        tl.static_assert(BLOCK_D <= 16384, "sum_exact64 is exact for rows of at most 2**14")
+        tot = sum_exact64(term)
+        k = tl.zeros_like(tot).to(tl.int64)
+    if PHASE != 2:
         if PHASE == 1:
             poff = rows * n_chunks + tl.program_id(1)
             tl.store(PS + poff, tot, mask=rmask)
@@ -214,12 +243,19 @@ def _bwd_kernel(
             return
     # Where the full sum is representable, use the plain formula (small g keep every bit); where
     # it overflows, work in units of 2**k (the result overflows only if the exact VJP does; there
-    # |g| * 2**-k < n + 1).
-    full = ldexp(tot, k)
-    plain = tl.abs(full) < float("inf")
-    gs = ldexp(g, -k[:, None])
+    # |g| * 2**-k < n + 1). 16/32-bit inputs: k = 0 and the plain formula always (float64 has
+    # the range), which also gives the same NaN / inf as the scaled one where tot is not finite.
+    if F64:
+        full = ldexp(tot, k)
+        plain = tl.abs(full) < float("inf")
+        gs = ldexp(g, -k[:, None])
+    else:
+        full = tot
     if OP == 0:
-        dx = tl.where(plain[:, None], a * (g - full[:, None]), ldexp(a * (gs - tot[:, None]), k[:, None]))
+        if F64:
+            dx = tl.where(plain[:, None], a * (g - full[:, None]), ldexp(a * (gs - tot[:, None]), k[:, None]))
+        else:
+            dx = a * (g - full[:, None])
     else:
         if F64:
             ez = tl.exp(a)
@@ -233,7 +269,10 @@ def _bwd_kernel(
             ez = tl.where(low, ez * tl.full([1, 1], _EXP_M128, tl.float64), ez)
         # exp(z) > 0 for z > -inf: times an infinite sum it is infinite even where exp underflows
         ez = tl.where((ez == 0.0) & (a > float("-inf")) & (tl.abs(tot) == float("inf"))[:, None], 1.0, ez)
-        dx = tl.where(plain[:, None], g - ez * full[:, None], ldexp(gs - ez * tot[:, None], k[:, None]))
+        if F64:
+            dx = tl.where(plain[:, None], g - ez * full[:, None], ldexp(gs - ez * tot[:, None], k[:, None]))
+        else:
+            dx = g - ez * full[:, None]
         dx = tl.where((ez == 0.0) & (tl.abs(tot) < float("inf"))[:, None], g, dx)  # exp(z) = 0: dx = g
     doff = _row_off(rows, n1, sd0, sd1)
     if DCOL == 0:
