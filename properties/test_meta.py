@@ -392,6 +392,23 @@ def test_ce_reductions_agree_accepts_an_overflowing_sum():
     ce_reductions_agree(case, tg)
 
 
+def test_vjp_bounds_cover_a_subnormal_rounded_y():
+    """float16 y = softmax of 255 logits with one at 17 (y_0 ~ 1, the rest float16 subnormals, each
+    rounded by as much as itself) and dy = 65504: sum(y_r) = 1.00023, so the exact VJP at y_r is
+    y_i * -15.25, while the VJP at the exact y is ~0. The kernel's answer is the former (found on
+    the H200); a bound missing the second-order term du_i * sum_j du_j |g_j| rejected it."""
+    from .case import Case
+    from .invariants import vjp_matches_finite_differences, vjp_matches_fp64_autograd
+    from .ops import Target
+    tg = Target("kernels")
+    tg.device = DEV
+    x = S.Logits(1, 255, "float16", ("normal", 0, 3.0), ((0, 0, 1, 17.0),), "moderate")
+    g = S.Logits(1, 255, "float16", ("const", 65504.0), (), "constant")
+    case = Case("softmax_backward", torch.float16, (S.Input(x, (), S.Layout()), S.Input(g, (), S.Layout())))
+    vjp_matches_fp64_autograd(case, tg)
+    vjp_matches_finite_differences(case, tg)
+
+
 # ---------------------------------------------------------------------------- several GPUs
 @pytest.mark.skipif(DEV != "cuda" or torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_kernels_run_on_their_inputs_device():
