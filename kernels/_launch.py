@@ -169,22 +169,26 @@ def vec_ok(n_cols: int, *rows) -> bool:
 
 def max_block(dtype: torch.dtype, backward: bool = False) -> int:
     """Longest row one program holds in registers; longer rows are split across programs whose
-    partial results are merged. SOFTMAX_KERNELS_MAX_BLOCK overrides it (a power of two).
-    The backward holds its row in float64 (for the exact sums), so its blocks are 4x smaller:
-    with 16 warps, 8 elements per thread and no register spills (ptxas -v, triton 3.6, sm_90;
-    16384 columns spilled 1.8 KB per thread)."""
+    partial results are merged. SOFTMAX_KERNELS_MAX_BLOCK overrides it (a power of two, at
+    most 16384: the fast exact sums need rows of at most 2**14).
+    The float64 backward holds its row in float64 with scaled sums, so its blocks are 4x
+    smaller: with 16 warps, 8 elements per thread and no register spills (ptxas -v, triton 3.6,
+    sm_90; 16384 columns spilled 1.8 KB per thread). The 16/32-bit backward computes in
+    float32 like the forward and takes the forward's blocks (32 elements per thread: with 8, the
+    per-row scalar work of the scaled formula was half of its instructions)."""
     env = os.environ.get("SOFTMAX_KERNELS_MAX_BLOCK")
     if env:
         return int(env)
     if interpreting():
         return 1024  # small, so CPU runs reach the split path on small shapes
-    big = 8192 if dtype == torch.float64 else 16384
-    return big // 4 if backward else big
+    if dtype == torch.float64:
+        return 2048 if backward else 8192
+    return 16384
 
 
 def tile_elems(dtype: torch.dtype, backward: bool = False) -> int:
-    if backward:
-        return 2048 if dtype == torch.float64 else 4096
+    if backward and dtype == torch.float64:
+        return 2048
     return {1: 8192, 2: 8192, 4: 4096, 8: 2048}[dtype.itemsize]
 
 
@@ -198,11 +202,18 @@ class Config:
 
 
 def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False) -> Config:
+    """Tuning knobs for the GPU (benchmarks/bwd_sweep.py): SOFTMAX_KERNELS_TILE{,_BWD} (elements
+    per program) and SOFTMAX_KERNELS_PER_WARP{,_BWD} (elements per warp) for 16/32-bit rows."""
     mb = max_block(dtype, backward)
     bd = max(16, triton.next_power_of_2(max(n_cols, 1)))
-    per_warp = 256 if backward else 1024  # elements per warp: 8 (backward) or 32 per thread
+    per_warp = 256 if (backward and dtype == torch.float64) else (512 if backward else 1024)
+    tile = tile_elems(dtype, backward)
+    if dtype != torch.float64:
+        sfx = "_BWD" if backward else ""
+        per_warp = int(os.environ.get("SOFTMAX_KERNELS_PER_WARP" + sfx, per_warp))
+        tile = int(os.environ.get("SOFTMAX_KERNELS_TILE" + sfx, tile))
     if bd <= mb:
-        br = max(1, tile_elems(dtype, backward) // bd)
+        br = max(1, tile // bd)
         return Config(br, bd, False, 1, _warps(br * bd, per_warp))
     return Config(1, mb, True, triton.cdiv(n_cols, mb), _warps(mb, per_warp))
 

@@ -21,11 +21,11 @@ All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
   Non-finite input falls back to an ordinary sum (NaN or the infinity, order-free).
 * ``sum_exp(e)``: the fast forward sum (16/32-bit inputs): float32 values in [0, 1], rows of at
   most 2**14, each rounded to a multiple of 2**-39 in float32 and summed in float64, where every
-  partial sum is then exact. Error below ``n * 2**-40``.
-* ``sum_exact64(v)``: the fast backward sum (16/32-bit inputs): float64 values below 2**1009,
-  rows of at most 2**14, each rounded to a multiple of 2**(k-39) (2**k above the row's largest
-  magnitude) by adding and subtracting a constant, then summed exactly in float64. Error below
-  ``n * 2**-39 * max|v|``.
+  partial sum is then exact. Error below ``2 u s + n * 2**-40``.
+* ``sum_exact32(t)``: the fast backward sum (16/32-bit inputs): float32 values, rows of at most
+  2**14, each rounded to a multiple of 2**(k-39) (2**k above the row's largest magnitude) by
+  adding and subtracting a constant, then summed exactly in float64. Error below
+  ``n * 2**-38 * max|t|``.
   Both cost a few float adds per element where the fixed-point limbs cost three 64-bit
   conversions, which made the 16-bit kernels compute-bound.
 * ``exp_ftz(x)``: float32 exp without the subnormal fix-up (FTZ).
@@ -74,31 +74,61 @@ def exp_ftz(x):
 @triton.jit
 def sum_exp(e):
     """Order-independent sum of float32 values in [0, 1] over rows of at most 2**14 elements;
-    returns float64. A float32 value >= 2**-16 is a multiple of 2**-39 (its ulp); a smaller one
-    is rounded to a multiple of 2**-39 by (e + 2**-16) - 2**-16 (the sum lies in [2**-16, 2**-15),
-    whose spacing is 2**-39; the subtraction is exact). Every partial sum is then a multiple of
-    2**-39 below 2**14, i.e. below 2**53 units: float64 adds it exactly, in any order. Error below
-    n * 2**-40 (absolute; the row max contributes exp(0) = 1, so relative to a sum >= 1). NaN and
-    inf pass through."""
-    r = tl.where(e < _T16, (e + _T16) - _T16, e)
+    returns float64. Each value is replaced by (e + 2**-16) - 2**-16: the sum fl(e + 2**-16) is
+    a multiple of its ulp, which is at least 2**-39 and divides 2**-16, so the subtraction is
+    exact and the result a multiple of 2**-39 (rounded by at most u (e + 2**-16), u = 2**-24:
+    within the tolerance table's float32 sum). Every partial sum is then a multiple of 2**-39
+    below 2**14, i.e. below 2**53 units: float64 adds it exactly, in any order. Error below
+    2u s + n 2**-40 (the row max contributes exp(0) = 1, so s >= 1). NaN and inf pass through."""
+    r = (e + _T16) - _T16
     return tl.sum(r.to(tl.float64), 1)
 
 
 @triton.jit
-def sum_exact64(v):
-    """Order-independent sum of float64 values over rows of at most 2**14 elements, each below
-    2**1009 in magnitude (true of the products and values of 16/32-bit inputs). With 2**k above
-    the row's largest |v|, C = 1.5 * 2**(k+13): v + C stays in C's binade [2**(k+13), 2**(k+14)),
-    whose spacing is 2**(k-39), so (v + C) - C is v rounded to a multiple of 2**(k-39) (the
-    subtraction is exact). Every partial sum is a multiple of 2**(k-39) below 2**(k+14): exact
-    in float64, in any order. Error below n * 2**(k-40) <= n * 2**-39 * max|v|. A row with an
-    infinity is summed plainly (its sum is an infinity or NaN whatever the order); NaN passes."""
-    big = tl.max(tl.abs(v), 1)
-    k = exponent_above(big)
-    c = _pow2(tl.minimum(k, 1000) + 13) * 1.5
-    r = (v + c[:, None]) - c[:, None]
-    r = tl.where((big < float("inf"))[:, None], r, v)
-    return tl.sum(r, 1)
+def ebits32(v):
+    """Biased exponent field of float32 v >= 0: 0 for zero and subnormals, 255 for inf and NaN;
+    v < 2**(ebits32(v) - 126)."""
+    return (v.to(tl.int32, bitcast=True) >> 23) & 0xFF
+
+
+@triton.jit
+def pow2f(e):
+    """2**e as float32 for an int32 e in [-126, 127]."""
+    return ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def max2(x, y):
+    """Row maxima of two tiles in one reduction (one round of shuffles and barriers); NaN may be
+    dropped. The interpreter runs a custom reduction element by element: two tl.max there."""
+    if _INTERPRET:
+        return tl.max(x, 1), tl.max(y, 1)
+    else:
+        return tl.reduce((x, y), 1, _max2_combine)
+
+
+@triton.jit
+def _max2_combine(a0, b0, a1, b1):
+    return tl.maximum(a0, a1), tl.maximum(b0, b1)
+
+
+@triton.jit
+def sum_exact32(t, big):
+    """Order-independent sum of float32 values over rows of at most 2**14 elements, given each
+    row's largest |t| (big); returns float64. With 2**k above big (k = ebits - 126): a value
+    below T = 2**(k-16) is rounded to a multiple of 2**(k-38) by (t + C) - C, C = 1.5 * 2**(k-15)
+    (t + C stays in [2**(k-15), 2**(k-14)), whose spacing that is; the subtraction is exact); a
+    value >= T already is a multiple of its ulp >= 2**(k-39). Every partial sum is then a
+    multiple of 2**(k-39) below 2**(k+14): exact in float64, in any order. Error below
+    n * 2**(k-39) <= n * 2**-38 * max|t|. Below k = -110 every float32 is a multiple of 2**-149,
+    fine enough already. A row with an infinity is summed plainly (an infinity or NaN whatever
+    the order); NaN passes through."""
+    e = tl.maximum(ebits32(big), 16)
+    T = tl.where(ebits32(big) < 16, 0.0, pow2f(e - 142))
+    C = pow2f(e - 141) * 1.5
+    r = tl.where(tl.abs(t) < T[:, None], (t + C[:, None]) - C[:, None], t)
+    r = tl.where((big < float("inf"))[:, None], r, t)
+    return tl.sum(r.to(tl.float64), 1)
 
 
 @triton.jit

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import exp_ftz, ldexp, nanmax, sum_exact64, sum_exp, sum_parts, sum_scaled, sum_unit, to_out
+from ._numerics import _pow2, ebits32, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, sum_exact32, sum_exp, sum_parts, sum_scaled, sum_unit, to_out
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 WHOLE, PARTIAL, FINISH = 0, 1, 2
@@ -43,8 +43,14 @@ def _rows_cols(BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, PHASE: tl.constexpr
 
 
 @triton.jit
-def _row_off(rows, n1, s0, s1):
-    return (rows // n1) * s0 + (rows % n1) * s1
+def _row_off(rows, n1, s0, s1, TWO_AXES: tl.constexpr):
+    """64-bit element offset of each row: (r // n1) s0 + (r % n1) s1, or r s1 when the batch
+    collapsed to one axis (a 64-bit division per row costs more than the row's own arithmetic
+    in a tile of many short rows)."""
+    if TWO_AXES:
+        return (rows // n1) * s0 + (rows % n1) * s1
+    else:
+        return rows * s1
 
 
 @triton.jit
@@ -92,6 +98,7 @@ COL_CONTIG, COL_I32, COL_I64 = 0, 1, 2
 # some variants and not in others (seen on the H200: the strided-output variant of the backward
 # differed from the contiguous one in a cancelling float64 row), which broke the bitwise layout
 # invariance the kernels promise. Memory-bound, they lose nothing measurable by it.
+_EXP_M64: tl.constexpr = tl.constexpr(math.exp(-64.0))
 _EXP_M128: tl.constexpr = tl.constexpr(math.exp(-128.0))
 
 
@@ -99,7 +106,7 @@ _EXP_M128: tl.constexpr = tl.constexpr(math.exp(-128.0))
 def _fwd_kernel(
     X, Y, PM, PS,
     n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc, n_chunks,
-    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, YCOL: tl.constexpr, VEC: tl.constexpr,
+    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, YCOL: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
@@ -112,9 +119,9 @@ def _fwd_kernel(
         M, S = _merge_partials(PM, PS, rows, n_chunks, NC)
         fin = tl.abs(M) < float("inf")
         lse = tl.where(fin, tl.where(fin, M, 0.0) + tl.log(S), M)
-        tl.store(Y + _row_off(rows, n1, sy0, sy1), to_out(lse, Y.dtype.element_ty), mask=rmask)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1, TWO_AXES), to_out(lse, Y.dtype.element_ty), mask=rmask)
         return
-    xp = X + _row_off(rows, n1, sx0, sx1)[:, None] + cols[None, :]
+    xp = X + _row_off(rows, n1, sx0, sx1, TWO_AXES)[:, None] + cols[None, :]
     vmask = mask
     if VEC:
         xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
@@ -156,7 +163,7 @@ def _fwd_kernel(
         s = s64.to(CT)
     if OP == 2:
         lse = tl.where(fin, ms + tl.log(s), m)
-        tl.store(Y + _row_off(rows, n1, sy0, sy1), to_out(lse, Y.dtype.element_ty), mask=rmask)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1, TWO_AXES), to_out(lse, Y.dtype.element_ty), mask=rmask)
     else:
         if OP == 0:
             # 0 <= y <= 1 exactly; the GPU's approximate division (div.full.f32, 2 ulp) can
@@ -173,7 +180,7 @@ def _fwd_kernel(
                 y = tl.minimum(e * r[:, None], 1.0, propagate_nan=tl.PropagateNan.ALL)
         else:
             y = d - tl.where(fin, tl.log(s), float("nan"))[:, None]
-        yoff = _row_off(rows, n1, sy0, sy1)
+        yoff = _row_off(rows, n1, sy0, sy1, TWO_AXES)
         if YCOL == 0:
             yp = Y + yoff[:, None] + cols[None, :]
             if VEC:
@@ -183,11 +190,92 @@ def _fwd_kernel(
         tl.store(yp, to_out(y, Y.dtype.element_ty), mask=vmask)
 
 
+@triton.jit
+def _split_total(PS, PK, rows, rmask, n_chunks, NC: tl.constexpr):
+    """A split row's total from its chunks' partial sums (ps_c * 2**k_c): (tot, k), exact order."""
+    c = tl.arange(0, NC)
+    pmask = rmask[:, None] & (c < n_chunks)[None, :]
+    poff = rows[:, None] * n_chunks + c[None, :]
+    kc = tl.load(PK + poff, mask=pmask, other=-1022.0)
+    K = tl.max(kc, 1)
+    parts = ldexp(tl.load(PS + poff, mask=pmask, other=0.0), (kc - K[:, None]).to(tl.int64))
+    return sum_scaled(parts), K.to(tl.int64)
+
+
+@triton.jit
+def _out64(a, g, tot, k, OP: tl.constexpr):
+    """float64 inputs: dx from the row sum tot * 2**k. Where the full sum is representable, the
+    plain formula (small g keep every bit); where it overflows, work in units of 2**k (the result
+    overflows only if the exact VJP does; there |g| * 2**-k < n + 1)."""
+    full = ldexp(tot, k)
+    plain = tl.abs(full) < float("inf")
+    gs = ldexp(g, -k[:, None])
+    if OP == 0:
+        dx = tl.where(plain[:, None], a * (g - full[:, None]), ldexp(a * (gs - tot[:, None]), k[:, None]))
+    else:
+        ez = tl.exp(a)
+        # exp(z) > 0 for z > -inf: times an infinite sum it is infinite even where exp underflows
+        ez = tl.where((ez == 0.0) & (a > float("-inf")) & (tl.abs(tot) == float("inf"))[:, None], 1.0, ez)
+        dx = tl.where(plain[:, None], g - ez * full[:, None], ldexp(gs - ez * tot[:, None], k[:, None]))
+        dx = tl.where((ez == 0.0) & (tl.abs(tot) < float("inf"))[:, None], g, dx)  # exp(z) = 0: dx = g
+    return dx
+
+
+@triton.jit
+def _terms32(a, g, OP: tl.constexpr):
+    """16/32-bit inputs, float32 arithmetic: the row-sum terms t (y * g, or g), the row's power
+    of two q1, max|g| and max|t|. q1 is 0 unless y * g could overflow float32 (|y| |g| >= 2**128):
+    then g is scaled by 2**-q1 (exact but for subnormal results) and the sum scaled back in
+    float64. (q1 <= 126: y * dy terms beyond 2**252 -- |y| above 2**124, not a softmax output --
+    overflow.)"""
+    if OP == 0:
+        ma, mg = max2(tl.abs(a), tl.abs(g))
+        q1 = tl.minimum(tl.maximum(ebits32(ma) + ebits32(mg) - 378, 0), 126)
+        t = a * (g * pow2f(-q1)[:, None])
+        return t, q1, mg, tl.max(tl.abs(t), 1)
+    else:
+        mg = tl.max(tl.abs(g), 1)
+        return g, tl.zeros_like(ebits32(mg)), mg, mg
+
+
+@triton.jit
+def _out32(a, g, tot, mg, OP: tl.constexpr):
+    """16/32-bit inputs, float32 arithmetic: dx from the row sum tot (float64, exact up to the
+    sum's own error) and max|g| (mg). Each row is scaled by 2**-q (q = 0 unless |g| or |tot|
+    reaches 2**125) so that g - tot cannot overflow, and scaled back at the end; for q = 0 the
+    scalings are multiplications by 1. log_softmax: exp(z) tot is formed as exp(z + c) (tot e**-c),
+    c = 0, 64 or 128 by z (z + c exact), so exp(z) below float32's range still multiplies a large
+    sum (below z = -215 the product is under 2**-180 and flushes)."""
+    es = exponent_above(tl.abs(tot)).to(tl.int32)
+    q = tl.minimum(tl.maximum(tl.maximum(ebits32(mg) - 126, es) - 125, 0), 126)
+    q = tl.where(tl.abs(tot) < float("inf"), q, 0)
+    gs = g * pow2f(-q)[:, None]
+    ts = tot * _pow2(-q.to(tl.int64))  # float64, exact
+    if OP == 0:
+        h = a * (gs - ts.to(tl.float32)[:, None])
+    else:
+        low = a < -64.0
+        lower = a < -128.0
+        c = tl.where(lower, 128.0, tl.where(low, 64.0, 0.0))
+        ez = exp_ftz(a + c)
+        r0 = ts.to(tl.float32)
+        r64 = (ts * tl.full([1], _EXP_M64, tl.float64)).to(tl.float32)
+        r128 = (ts * tl.full([1], _EXP_M128, tl.float64)).to(tl.float32)
+        r = tl.where(lower, r128[:, None], tl.where(low, r64[:, None], r0[:, None]))
+        prod = ez * r
+        # an infinite sum: exp(z) > 0 times it is infinite even where exp flushes; exp(-inf) = 0
+        # leaves g (as the float64 path does)
+        sinf = (tl.abs(ts) == float("inf"))[:, None]
+        prod = tl.where(sinf, tl.where(a > float("-inf"), r, 0.0), prod)
+        h = gs - prod
+    return h * pow2f(q)[:, None]
+
+
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _bwd_kernel(
     A, G, DX, PS, PK,
     n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, n_chunks,
-    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, DCOL: tl.constexpr, VEC: tl.constexpr,
+    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, DCOL: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr,
 ):
     """OP 0: dx = y * (g - sum(y * g)).  OP 1: dx = g - exp(z) * sum(g).  A is y or z.
@@ -202,79 +290,43 @@ def _bwd_kernel(
     rmask = rows < n_rows
     mask = rmask[:, None] & (cols < n_cols)[None, :]
     other_a = 0.0 if OP == 0 else float("-inf")
-    ap = A + _row_off(rows, n1, sa0, sa1)[:, None] + cols[None, :]
-    gp = G + _row_off(rows, n1, sg0, sg1)[:, None] + cols[None, :]
+    ap = A + _row_off(rows, n1, sa0, sa1, TWO_AXES)[:, None] + cols[None, :]
+    gp = G + _row_off(rows, n1, sg0, sg1, TWO_AXES)[:, None] + cols[None, :]
     vmask = mask
     if VEC:
         ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
         gp = tl.max_contiguous(tl.multiple_of(gp, [1, 16]), [1, 16])
         vmask = tl.max_constancy(mask, [1, 16])
     a = tl.load(ap, mask=vmask, other=other_a)
-    g = tl.load(gp, mask=vmask, other=0.0).to(tl.float64)
-    if OP == 0:
+    g = tl.load(gp, mask=vmask, other=0.0)
+    if F64:
         a = a.to(tl.float64)
-        term = a * g  # |y * g| <= |g|: no overflow
+        g = g.to(tl.float64)
+        term = a * g if OP == 0 else g
     else:
-        term = g
+        tl.static_assert(BLOCK_D <= 16384, "sum_exact32 is exact for rows of at most 2**14")
+        a = a.to(tl.float32)
+        g = g.to(tl.float32)
+        term, q1, mg, mt = _terms32(a, g, OP)
     if PHASE == 2:
-        c = tl.arange(0, NC)
-        pmask = rmask[:, None] & (c < n_chunks)[None, :]
-        poff = rows[:, None] * n_chunks + c[None, :]
-        kc = tl.load(PK + poff, mask=pmask, other=-1022.0)
-        K = tl.max(kc, 1)
-        parts = ldexp(tl.load(PS + poff, mask=pmask, other=0.0), (kc - K[:, None]).to(tl.int64))
-        tot = sum_scaled(parts)
-        k = K.to(tl.int64)
+        tot, k = _split_total(PS, PK, rows, rmask, n_chunks, NC)
     elif F64:
         # sum(term) = tot * 2**k, k from the row's largest |term| (not |g|: scaling a small
         # y * g by a large g's exponent would round it to a subnormal)
         tot, k = sum_parts(term)
     else:
-        # 16/32-bit inputs: the terms (exact float64 products) stay below 2**256 and their sum
-        # cannot overflow, so it is formed directly (k = 0) with the cheaper exact sum
-        tl.static_assert(BLOCK_D <= 16384, "sum_exact64 is exact for rows of at most 2**14")
-        tot = sum_exact64(term)
-        k = tl.zeros_like(tot).to(tl.int64)
-    if PHASE != 2:
-        if PHASE == 1:
-            poff = rows * n_chunks + tl.program_id(1)
-            tl.store(PS + poff, tot, mask=rmask)
-            tl.store(PK + poff, k.to(tl.float64), mask=rmask)
-            return
-    # Where the full sum is representable, use the plain formula (small g keep every bit); where
-    # it overflows, work in units of 2**k (the result overflows only if the exact VJP does; there
-    # |g| * 2**-k < n + 1). 16/32-bit inputs: k = 0 and the plain formula always (float64 has
-    # the range), which also gives the same NaN / inf as the scaled one where tot is not finite.
+        tot = sum_exact32(term, mt) * _pow2(q1.to(tl.int64))  # float64: no overflow, exact scaling
+        k = tl.zeros_like(q1)
+    if PHASE == 1:
+        poff = rows * n_chunks + tl.program_id(1)
+        tl.store(PS + poff, tot, mask=rmask)
+        tl.store(PK + poff, k.to(tl.float64), mask=rmask)
+        return
     if F64:
-        full = ldexp(tot, k)
-        plain = tl.abs(full) < float("inf")
-        gs = ldexp(g, -k[:, None])
+        dx = _out64(a, g, tot, k, OP)
     else:
-        full = tot
-    if OP == 0:
-        if F64:
-            dx = tl.where(plain[:, None], a * (g - full[:, None]), ldexp(a * (gs - tot[:, None]), k[:, None]))
-        else:
-            dx = a * (g - full[:, None])
-    else:
-        if F64:
-            ez = tl.exp(a)
-        else:
-            # exp(z) below float32's normal range (z < -87) would lose bits (or flush to 0), yet
-            # times a sum up to ~2**148 it still matters: there use exp(z + 128) * e**-128 (z + 128
-            # is exact for z in [-256, -64]).
-            zf = a.to(tl.float32)
-            low = zf < -64.0
-            ez = tl.exp(tl.where(low, zf + 128.0, zf)).to(tl.float64)
-            ez = tl.where(low, ez * tl.full([1, 1], _EXP_M128, tl.float64), ez)
-        # exp(z) > 0 for z > -inf: times an infinite sum it is infinite even where exp underflows
-        ez = tl.where((ez == 0.0) & (a > float("-inf")) & (tl.abs(tot) == float("inf"))[:, None], 1.0, ez)
-        if F64:
-            dx = tl.where(plain[:, None], g - ez * full[:, None], ldexp(gs - ez * tot[:, None], k[:, None]))
-        else:
-            dx = g - ez * full[:, None]
-        dx = tl.where((ez == 0.0) & (tl.abs(tot) < float("inf"))[:, None], g, dx)  # exp(z) = 0: dx = g
-    doff = _row_off(rows, n1, sd0, sd1)
+        dx = _out32(a, g, tot, mg, OP)
+    doff = _row_off(rows, n1, sd0, sd1, TWO_AXES)
     if DCOL == 0:
         dp = DX + doff[:, None] + cols[None, :]
         if VEC:
@@ -334,7 +386,8 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     (sy0, sy1), = plan.out_strides
     syc = plan.out_col_strides[0] or 1
     vec = L.vec_ok(plan.n_cols, (x, sx0, sx1)) and (op == LOGSUMEXP or L.vec_ok(plan.n_cols, (y, sy0, sy1)))
-    common = dict(F64=dtype == torch.float64, YCOL=_col_mode(plan.n_cols, syc), VEC=vec, enable_fp_fusion=False,
+    common = dict(F64=dtype == torch.float64, YCOL=_col_mode(plan.n_cols, syc), VEC=vec, TWO_AXES=plan.n1 < plan.n_rows,
+                  enable_fp_fusion=False,
                   BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
     args = (plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc, cfg.n_chunks)
     if not cfg.split:
@@ -367,7 +420,8 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         (sd0, sd1), = plan.out_strides
         sdc = plan.out_col_strides[0] or 1
         vec = L.vec_ok(plan.n_cols, (ax, sa0, sa1), (gx, sg0, sg1), (dx, sd0, sd1))
-        common = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc), VEC=vec, enable_fp_fusion=False,
+        common = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc), VEC=vec,
+                      TWO_AXES=plan.n1 < plan.n_rows, enable_fp_fusion=False,
                       BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
         if not cfg.split:
