@@ -1,4 +1,4 @@
-"""The counterexamples the GPU runs of the suite found (2026-11-29), re-run directly on the GPU:
+"""The counterexamples the GPU runs of the suite found (2026-11-29, two sessions), re-run directly on the GPU:
 each prints OK or FAIL with what it saw. Fast (no Hypothesis): run it first in a GPU session.
 
     python benchmarks/regressions_gpu.py
@@ -63,10 +63,30 @@ def lsm_bwd_dim0_bitwise():
     return bool(torch.equal(a, b)), (a[0, :2], b[0, :2])
 
 
+def lsm_bwd_nan_z_infinite_sum():
+    """float32 z = NaN (log_softmax of [+inf]) with dz = [+inf]: dx is NaN, not inf."""
+    z = oracles.log_softmax(torch.tensor([inf])).to(torch.float32).to(DEV)
+    out = kernels.log_softmax_backward(z, torch.tensor([inf], dtype=torch.float32, device=DEV))
+    return bool(out.isnan().all()), out
+
+
+def lsm_bwd_oracle_sum_reads_nan():
+    """float64 dz = +-1.7e308 alternating over 255 columns (the GPU run drew N(0, 2.2e307)): torch's
+    sum reads NaN (accumulators overflow with opposite signs); the oracle must still give the
+    finite exact VJP."""
+    z = oracles.log_softmax(torch.zeros(255, dtype=torch.float64))
+    dz = torch.full((255,), 1.7e308, dtype=torch.float64)
+    dz[1::2] *= -1
+    ref = oracles.log_softmax_backward(z[None], dz[None])[0]
+    out = kernels.log_softmax_backward(z.to(DEV), dz.to(DEV)).cpu()
+    return bool(ref.isfinite().all() and ((out - ref).abs() <= 1e-12 * dz.abs().max()).all()), (dz.sum(), out[:2], ref[:2])
+
+
 if __name__ == "__main__":
     bad = 0
     for f in (lsm_bwd_overflowing_sum, sm_bwd_subnormal_scaling, lsm_bwd_tiny_exp_float32,
-              ce_smoothing_below_float32, lsm_bwd_dim0_bitwise):
+              ce_smoothing_below_float32, lsm_bwd_dim0_bitwise, lsm_bwd_nan_z_infinite_sum,
+              lsm_bwd_oracle_sum_reads_nan):
         ok, seen = f()
         bad += not ok
         print(f"{'OK  ' if ok else 'FAIL'} {f.__name__}: {f.__doc__.splitlines()[0]}\n     saw {seen}")

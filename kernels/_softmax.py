@@ -264,9 +264,9 @@ def _out32(a, g, tot, mg, OP: tl.constexpr):
         r = tl.where(lower, r128[:, None], tl.where(low, r64[:, None], r0[:, None]))
         prod = ez * r
         # an infinite sum: exp(z) > 0 times it is infinite even where exp flushes; exp(-inf) = 0
-        # leaves g (as the float64 path does)
+        # leaves g, and a NaN z gives NaN (as the float64 path does)
         sinf = (tl.abs(ts) == float("inf"))[:, None]
-        prod = tl.where(sinf, tl.where(a > float("-inf"), r, 0.0), prod)
+        prod = tl.where(sinf, tl.where(a == float("-inf"), 0.0, tl.where(a != a, a, r)), prod)
         h = gs - prod
     return h * pow2f(q)[:, None]
 

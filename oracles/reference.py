@@ -51,11 +51,13 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """dx = y * (dy - sum(y * dy)): the VJP the Jacobian y_i (delta_ij - y_j) gives."""
     y, g = _f64(y), _f64(dy)
     dot = (y * g).sum(-1, keepdim=True)
-    # where the FP64 dot overflows although the row is finite, work on g / s (s a power of two)
+    # where the FP64 dot overflows although the row is finite, work on g / s (s a power of two).
+    # An overflow can also read NaN: torch sums with several accumulators, and one may reach +inf
+    # while another reaches -inf (in a finite row a NaN dot can come from nothing else)
     s = _scale(g)
     gs = g / s
     scaled = y * (gs - (y * gs).sum(-1, keepdim=True)) * s
-    return torch.where(torch.isinf(dot) & _finite_rows(y, g), scaled, y * (g - dot))
+    return torch.where(~torch.isfinite(dot) & _finite_rows(y, g), scaled, y * (g - dot))
 
 
 def log_softmax_backward(z: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
@@ -69,7 +71,8 @@ def log_softmax_backward(z: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
     # exp(z) > 0 for every z > -inf, so exp(z) * (+-inf) is +-inf even where exp(z) underflows
     # (float64 below z = -745; a float32 kernel's exp below -103): only exp(-inf) = 0 gives NaN
     ez_inf = torch.where((ez == 0) & (z > -math.inf) & torch.isinf(S), 1.0, ez)
-    dx = torch.where(torch.isinf(S) & _finite_rows(z, g), scaled, g - ez_inf * S)
+    # (a finite row's overflowing sum may read NaN as well as inf: see softmax_backward)
+    dx = torch.where(~torch.isfinite(S) & _finite_rows(z, g), scaled, g - ez_inf * S)
     # exp(z) = 0 exactly: dx = g exactly (0 * a sum that only overflowed is 0)
     return torch.where((ez == 0) & _finite_rows(g, g), g, dx)
 
