@@ -70,6 +70,13 @@ def lsm_bwd_nan_z_infinite_sum():
     return bool(out.isnan().all()), out
 
 
+def lsm_bwd_neg_inf_z_infinite_sum():
+    """float32 z = log_softmax([-inf, 0]), dz = [inf, 0]: dx = [nan, -inf] (exp(-inf) * inf)."""
+    z = oracles.log_softmax(torch.tensor([-inf, 0.0])).to(torch.float32).to(DEV)
+    out = kernels.log_softmax_backward(z, torch.tensor([inf, 0.0], dtype=torch.float32, device=DEV))
+    return bool(out[0].isnan() and out[1] == -inf), out
+
+
 def lsm_bwd_oracle_sum_reads_nan():
     """float64 dz = +-1.7e308 alternating over 255 columns (the GPU run drew N(0, 2.2e307)): torch's
     sum reads NaN (accumulators overflow with opposite signs); the oracle must still give the
@@ -86,7 +93,7 @@ if __name__ == "__main__":
     bad = 0
     for f in (lsm_bwd_overflowing_sum, sm_bwd_subnormal_scaling, lsm_bwd_tiny_exp_float32,
               ce_smoothing_below_float32, lsm_bwd_dim0_bitwise, lsm_bwd_nan_z_infinite_sum,
-              lsm_bwd_oracle_sum_reads_nan):
+              lsm_bwd_neg_inf_z_infinite_sum, lsm_bwd_oracle_sum_reads_nan):
         ok, seen = f()
         bad += not ok
         print(f"{'OK  ' if ok else 'FAIL'} {f.__name__}: {f.__doc__.splitlines()[0]}\n     saw {seen}")

@@ -29,6 +29,7 @@ All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
   Both cost a few float adds per element where the fixed-point limbs cost three 64-bit
   conversions, which made the 16-bit kernels compute-bound.
 * ``exp_ftz(x)``: float32 exp without the subnormal fix-up (FTZ).
+* ``to_f32(x)``: exact widening to float32 (the interpreter's bfloat16 subnormals are wrong).
 * ``to_out(v, dtype)``: round to the output dtype to nearest-even. The Triton interpreter (3.6 to
   3.9) truncates float32 -> bfloat16; there the rounding is done on the bits instead.
 """
@@ -129,6 +130,18 @@ def sum_exact32(t, big):
     r = tl.where(tl.abs(t) < T[:, None], (t + C[:, None]) - C[:, None], t)
     r = tl.where((big < float("inf"))[:, None], r, t)
     return tl.sum(r.to(tl.float64), 1)
+
+
+@triton.jit
+def to_f32(x):
+    """x as float32. The Triton interpreter (3.9) converts a subnormal bfloat16 wrongly
+    (2.2e-39 became 5.9e-39, as found by test_meta's special-value grid); there the conversion
+    is done on the bits (a bfloat16 is the top half of a float32)."""
+    if _INTERPRET and x.dtype == tl.bfloat16:
+        bits = x.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+        return (bits << 16).to(tl.float32, bitcast=True)
+    else:
+        return x.to(tl.float32)
 
 
 @triton.jit

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import _pow2, ebits32, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, sum_exact32, sum_exp, sum_parts, sum_scaled, sum_unit, to_out
+from ._numerics import _pow2, ebits32, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, sum_exact32, sum_exp, sum_parts, sum_scaled, sum_unit, to_f32, to_out
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 WHOLE, PARTIAL, FINISH = 0, 1, 2
@@ -126,7 +126,8 @@ def _fwd_kernel(
     if VEC:
         xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
         vmask = tl.max_constancy(mask, [1, 16])
-    x = tl.load(xp, mask=vmask, other=float("-inf")).to(CT)
+    x = tl.load(xp, mask=vmask, other=float("-inf"))
+    x = x.to(tl.float64) if F64 else to_f32(x)
     if PHASE == 2:
         M, S64 = _merge_partials(PM, PS, rows, n_chunks, NC)
         m = M.to(CT)
@@ -264,9 +265,9 @@ def _out32(a, g, tot, mg, OP: tl.constexpr):
         r = tl.where(lower, r128[:, None], tl.where(low, r64[:, None], r0[:, None]))
         prod = ez * r
         # an infinite sum: exp(z) > 0 times it is infinite even where exp flushes; exp(-inf) = 0
-        # leaves g, and a NaN z gives NaN (as the float64 path does)
+        # times it is NaN, as is a NaN z (as in the float64 path and the oracle)
         sinf = (tl.abs(ts) == float("inf"))[:, None]
-        prod = tl.where(sinf, tl.where(a == float("-inf"), 0.0, tl.where(a != a, a, r)), prod)
+        prod = tl.where(sinf, tl.where(a > float("-inf"), r, float("nan")), prod)
         h = gs - prod
     return h * pow2f(q)[:, None]
 
@@ -305,8 +306,8 @@ def _bwd_kernel(
         term = a * g if OP == 0 else g
     else:
         tl.static_assert(BLOCK_D <= 16384, "sum_exact32 is exact for rows of at most 2**14")
-        a = a.to(tl.float32)
-        g = g.to(tl.float32)
+        a = to_f32(a)
+        g = to_f32(g)
         term, q1, mg, mt = _terms32(a, g, OP)
     if PHASE == 2:
         tot, k = _split_total(PS, PK, rows, rmask, n_chunks, NC)
