@@ -229,6 +229,28 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False) -> Confi
     return Config(1, mb, True, triton.cdiv(n_cols, mb), _warps(mb, per_warp))
 
 
+def loop_rows(device) -> int:
+    """Fewest rows for the looped long-row kernels: two programs per SM (2 under the
+    interpreter, so CPU runs exercise both long-row paths: a single row takes the split path).
+    SOFTMAX_KERNELS_LOOP_ROWS overrides."""
+    env = os.environ.get("SOFTMAX_KERNELS_LOOP_ROWS")
+    if env:
+        return int(env)
+    if interpreting() or device.type != "cuda":
+        return 2
+    return 2 * torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def loop_config(backward: bool) -> tuple:
+    """(chunk, num_warps) of the looped long-row kernels: 8192 columns with 32 per thread
+    forward, 4096 with 16 per thread backward (ptxas -v, triton 3.6, sm_90: 59-64 and 48-64
+    registers, no spills, so three or four programs per SM; 16384-column chunks with 16 warps took
+    59-76 / 91-125 registers, one program per SM). Not yet tuned on the GPU.
+    SOFTMAX_KERNELS_LOOP_BLOCK{,_BWD} overrides the chunk (at most 16384)."""
+    chunk = int(os.environ.get("SOFTMAX_KERNELS_LOOP_BLOCK" + ("_BWD" if backward else ""), 4096 if backward else 8192))
+    return chunk, _warps(chunk, 512 if backward else 1024)
+
+
 def _warps(elems: int, per_warp: int = 1024) -> int:
     return max(4, min(16, elems // per_warp))
 

@@ -1,20 +1,25 @@
 """Triton kernels for softmax, log_softmax, logsumexp and their explicit VJPs.
 
-Two paths, picked from the row length alone (``_launch.row_config``):
+Three paths, picked from the row length (``_launch.row_config``) and, for long rows, the row count:
 
 * whole rows: a program holds ``BLOCK_R`` rows of up to ``BLOCK_D`` columns in registers, reads
   each input once and writes each output once (short rows share a program, so bytes stay in
   flight);
+* looped rows (16/32-bit, at least two rows per SM): one program per row loops over its chunks,
+  folding each chunk's (max, sum) -- or, backward, its partial dot product -- into the row's, then
+  reads the chunks again in reverse order (mostly from L2) and writes them;
 * split rows: a row longer than one block is cut into ``n_chunks`` chunks, one program each.
   Phase 1 writes each chunk's partial result (forward: its max and sum of exponentials, i.e. its
   log-sum-exp; backward: its partial dot product); phase 2 merges the row's partials -- the same
   log-sum-exp merge as online softmax -- and writes its chunk. Few rows of a million columns
   therefore still fill the GPU.
 
-Arithmetic: 16/32-bit inputs are computed in float32, float64 in float64; backward sums and the
-output formula use float64. Every sum is order-independent (``_numerics``), so results are bitwise
-independent of layout and launch shape. Edge rows follow torch: a row with NaN, with +inf, or with
-only -inf gives NaN for softmax/log_softmax; logsumexp gives NaN, +inf and -inf for them.
+Arithmetic: 16/32-bit inputs are computed in float32, float64 in float64 (its backward with
+scaled float64 sums and output formula). Every row sum is order-independent (``_numerics``: exact
+in float64 after rounding each term to a grid set by the row, or fixed-point limbs for float64),
+so results are bitwise independent of layout and launch shape. Edge rows follow torch: a row with
+NaN, with +inf, or with only -inf gives NaN for softmax/log_softmax; logsumexp gives NaN, +inf and
+-inf for them.
 """
 from __future__ import annotations
 
@@ -144,17 +149,9 @@ def _fwd_kernel(
         e = tl.where(fin[:, None], tl.exp(d), 0.0)
         s64 = sum_unit(e)
     else:
-        # the fast path: tl.max may drop a NaN, but then exp(x - ms) is NaN for that element and
-        # the sum carries it; the row's outputs are NaN by `fin` below (m is set to NaN)
         tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
-        m = tl.max(x, 1)
+        m, s64, ms, d, e = _stats32(x)
         fin = tl.abs(m) < float("inf")
-        ms = tl.where(fin, m, 0.0)
-        d = x - ms[:, None]
-        e = exp_ftz(d)
-        s64 = sum_exp(e)  # NaN exactly when the row holds a NaN (e <= 1 or inf otherwise)
-        m = tl.where(s64 != s64, float("nan"), m)
-        fin = fin & (s64 == s64)
     if PHASE != 2:
         if PHASE == 1:
             poff = rows * n_chunks + tl.program_id(1)
@@ -175,12 +172,9 @@ def _fwd_kernel(
                 y = tl.minimum(e / s[:, None], 1.0)
                 y = tl.where(fin[:, None], y, float("nan"))
             else:
-                # the row's NaN rides on its reciprocal: a NaN-propagating min keeps it, and
-                # no per-element select is needed
-                r = tl.where(fin, 1.0 / s, float("nan"))
-                y = tl.minimum(e * r[:, None], 1.0, propagate_nan=tl.PropagateNan.ALL)
+                y = _y32(e, d, s, fin, OP)
         else:
-            y = d - tl.where(fin, tl.log(s), float("nan"))[:, None]
+            y = _y32(e, d, s, fin, OP)
         yoff = _row_off(rows, n1, sy0, sy1, TWO_AXES)
         if YCOL == 0:
             yp = Y + yoff[:, None] + cols[None, :]
@@ -189,6 +183,97 @@ def _fwd_kernel(
         else:
             yp = Y + yoff[:, None] + _col_off(cols, syc, YCOL)[None, :]
         tl.store(yp, to_out(y, Y.dtype.element_ty), mask=vmask)
+
+
+@triton.jit
+def _stats32(x):
+    """16/32-bit forward, one tile of rows (float32): (m, s, ms, d, e) with m the row max (NaN if
+    the row holds a NaN), s = sum exp(x - m) in float64 (order-independent, _numerics.sum_exp),
+    ms = m where finite (else 0), d = x - ms, e = exp(d). tl.max may drop a NaN, but exp(x - ms)
+    is NaN for that element and the sum carries it: m is set to NaN from it."""
+    m = tl.max(x, 1)
+    ms = tl.where(tl.abs(m) < float("inf"), m, 0.0)
+    d = x - ms[:, None]
+    e = exp_ftz(d)
+    s64 = sum_exp(e)  # NaN exactly when the row holds a NaN (e <= 1 or inf otherwise)
+    m = tl.where(s64 != s64, float("nan"), m)
+    return m, s64, ms, d, e
+
+
+@triton.jit
+def _y32(e, d, s, fin, OP: tl.constexpr):
+    """16/32-bit softmax (OP 0) or log_softmax (OP 1) of a tile from e = exp(d), d = x - ms and
+    the row sum s (float32). softmax: one reciprocal per row and a multiply per element (exp 4 +
+    reciprocal 4 + product 1 + rounding of s 1 = the 10 u of the tolerance table's division
+    budget), clamped to 1 (the approximate reciprocal can give 1 + ulp); the row's NaN rides on
+    its reciprocal (or log), which a NaN-propagating min keeps: no per-element select."""
+    if OP == 0:
+        r = tl.where(fin, 1.0 / s, float("nan"))
+        return tl.minimum(e * r[:, None], 1.0, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        return d - tl.where(fin, tl.log(s), float("nan"))[:, None]
+
+
+@triton.jit
+def _online_merge(M, S, mc, sc):
+    """Fold a chunk's (max mc, sum sc of exp(x - mc)) into a row's running (M, S), float64: the
+    log-sum-exp merge of _merge_partials, one chunk at a time (a fixed order for a given row
+    length, so results stay bitwise reproducible). A NaN on either side makes M NaN."""
+    Mn = tl.maximum(M, mc)
+    Mn = tl.where((M != M) | (mc != mc), float("nan"), Mn)
+    fin = tl.abs(Mn) < float("inf")
+    Ms = tl.where(fin, Mn, 0.0)
+    w0 = tl.where(M == float("-inf"), 0.0, S * tl.exp(tl.where(fin, M, 0.0) - Ms))
+    w1 = tl.where(mc == float("-inf"), 0.0, sc * tl.exp(tl.where(fin, mc, 0.0) - Ms))
+    return Mn, tl.where(fin, w0 + w1, 0.0)
+
+
+@triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
+def _fwd_loop_kernel(
+    X, Y, n_rows, n_cols, n1, sx0, sx1, sy0, sy1,
+    OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """16/32-bit rows longer than one block, when there are enough rows to fill the GPU: one
+    program per row loops over its BLOCK_D chunks, folding each chunk's (max, sum) into the row's
+    (_online_merge), then reads the chunks again in reverse order (the last ones read are the
+    likeliest still in L2) and writes them. Contiguous output columns only."""
+    tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
+    row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
+    xrow = X + _row_off(row, n1, sx0, sx1, TWO_AXES)[:, None]
+    M = tl.full([1], float("-inf"), tl.float64)
+    S = tl.zeros([1], tl.float64)
+    n_ck = tl.cdiv(n_cols, BLOCK_D)
+    for i in range(0, n_ck):
+        cols = i * BLOCK_D + tl.arange(0, BLOCK_D)
+        xp = xrow + cols[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        x = to_f32(tl.load(xp, mask=mask, other=float("-inf")))
+        mc, sc, ms_c, d_c, e_c = _stats32(x)
+        M, S = _online_merge(M, S, mc.to(tl.float64), sc)
+    m = M.to(tl.float32)  # exact: M is one of the row's float32 values (or +-inf / NaN)
+    s = S.to(tl.float32)
+    fin = tl.abs(m) < float("inf")
+    ms = tl.where(fin, m, 0.0)
+    yrow = Y + _row_off(row, n1, sy0, sy1, TWO_AXES)
+    if OP == 2:
+        tl.store(yrow, to_out(tl.where(fin, ms + tl.log(s), m), Y.dtype.element_ty))
+        return
+    for j in range(0, n_ck):
+        cols = (n_ck - 1 - j) * BLOCK_D + tl.arange(0, BLOCK_D)
+        xp = xrow + cols[None, :]
+        yp = yrow[:, None] + cols[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+            yp = tl.max_contiguous(tl.multiple_of(yp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        x = to_f32(tl.load(xp, mask=mask, other=float("-inf")))
+        d = x - ms[:, None]
+        y = _y32(exp_ftz(d), d, s, fin, OP)
+        tl.store(yp, to_out(y, Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -337,7 +422,54 @@ def _bwd_kernel(
     tl.store(dp, to_out(dx, DX.dtype.element_ty), mask=vmask)
 
 
-JIT_KERNELS = (_fwd_kernel, _bwd_kernel)
+@triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
+def _bwd_loop_kernel(
+    A, G, DX, n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1,
+    OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """16/32-bit rows longer than one block, with enough rows to fill the GPU: one program per
+    row sums its chunks' terms (each chunk exact, _numerics.sum_exact32, scaled by its 2**q1;
+    the chunk totals added in float64 in a fixed order), then reads the chunks again in reverse
+    order and writes dx (_out32). Contiguous output columns only."""
+    tl.static_assert(BLOCK_D <= 16384, "sum_exact32 is exact for rows of at most 2**14")
+    row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
+    arow = A + _row_off(row, n1, sa0, sa1, TWO_AXES)[:, None]
+    grow = G + _row_off(row, n1, sg0, sg1, TWO_AXES)[:, None]
+    drow = DX + _row_off(row, n1, sd0, sd1, TWO_AXES)[:, None]
+    other_a = 0.0 if OP == 0 else float("-inf")
+    tot = tl.zeros([1], tl.float64)
+    n_ck = tl.cdiv(n_cols, BLOCK_D)
+    for i in range(0, n_ck):
+        cols = i * BLOCK_D + tl.arange(0, BLOCK_D)
+        ap = arow + cols[None, :]
+        gp = grow + cols[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
+            gp = tl.max_contiguous(tl.multiple_of(gp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        a = to_f32(tl.load(ap, mask=mask, other=other_a))
+        g = to_f32(tl.load(gp, mask=mask, other=0.0))
+        term, q1, mg, mt = _terms32(a, g, OP)
+        tot += sum_exact32(term, mt) * _pow2(q1.to(tl.int64))
+    for j in range(0, n_ck):
+        cols = (n_ck - 1 - j) * BLOCK_D + tl.arange(0, BLOCK_D)
+        ap = arow + cols[None, :]
+        gp = grow + cols[None, :]
+        dp = drow + cols[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
+            gp = tl.max_contiguous(tl.multiple_of(gp, [1, 16]), [1, 16])
+            dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        a = to_f32(tl.load(ap, mask=mask, other=other_a))
+        g = to_f32(tl.load(gp, mask=mask, other=0.0))
+        dx = _out32(a, g, tot, tl.max(tl.abs(g), 1), OP)
+        tl.store(dp, to_out(dx, DX.dtype.element_ty), mask=mask)
+
+
+JIT_KERNELS = (_fwd_kernel, _bwd_kernel, _fwd_loop_kernel, _bwd_loop_kernel)
 _INT32_MAX = 2**31 - 1
 
 
@@ -351,6 +483,14 @@ def _col_mode(n_cols: int, stride: int) -> int:
     if stride == 1:
         return COL_CONTIG
     return COL_I64 if (n_cols - 1) * stride > _INT32_MAX else COL_I32
+
+
+def _looped(plan: L.RowPlan, dtype: torch.dtype, out_col_stride: int, device) -> bool:
+    """Rows longer than one block take the looped kernels (one program per row, two passes over
+    the row, the second mostly from L2) when there are enough rows to fill the GPU and the row is
+    16/32-bit with contiguous output columns; otherwise the split kernels (a row's chunks in
+    parallel programs, partials merged), which also serve few rows of a million columns."""
+    return dtype != torch.float64 and out_col_stride == 1 and plan.n_rows >= L.loop_rows(device)
 
 
 def _nc(cfg: L.Config) -> int:
@@ -395,6 +535,13 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
         L.note_variant("fwd", OP=op, PHASE=WHOLE, dtype=str(dtype), BLOCK_R=cfg.block_r, **common)
         _fwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](x, y, y, y, *args, OP=op, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
         return
+    if _looped(plan, dtype, syc, x.device):
+        chunk, warps = L.loop_config(backward=False)
+        loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], BLOCK_D=chunk)
+        L.note_variant("fwd_loop", dtype=str(dtype), **loop)
+        _fwd_loop_kernel[(plan.n_rows,)](x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1,
+                                         enable_fp_fusion=False, num_warps=warps, **loop)
+        return
     pm = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=x.device)
     ps = torch.empty_like(pm)
     nc = _nc(cfg)
@@ -428,6 +575,12 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         if not cfg.split:
             L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, **common)
             _bwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](ax, gx, dx, dx, dx, *args, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
+        elif _looped(plan, a.dtype, sdc, a.device):
+            chunk, warps = L.loop_config(backward=True)
+            loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], BLOCK_D=chunk)
+            L.note_variant("bwd_loop", dtype=str(a.dtype), **loop)
+            _bwd_loop_kernel[(plan.n_rows,)](ax, gx, dx, plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1,
+                                             enable_fp_fusion=False, num_warps=warps, **loop)
         else:
             ps = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=a.device)
             pk = torch.empty_like(ps)
