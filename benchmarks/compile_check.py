@@ -109,9 +109,9 @@ for dt, blk, F64 in (("bf16", 8192, False), ("fp16", 8192, False), ("fp32", 4096
 for dt in ("bf16", "fp16", "fp32"):
     for op in (0, 1, 2):
         s = {"X": f"*{dt}", "Y": f"*{'fp32' if op == 2 else dt}", "n_rows": "i32", "n_cols": "i32", "n1": "i32",
-             "sx0": "i64", "sx1": "i64", "sy0": "i64", "sy1": "i64",
-             "OP": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "BLOCK_D": "constexpr"}
-        c = {"OP": op, "VEC": True, "TWO_AXES": op == 1, "BLOCK_D": 16384}
+             "sx0": "i64", "sx1": "i64", "sy0": "i64", "sy1": "i64", "syc": "i32",
+             "OP": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "YCOL": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"OP": op, "VEC": op != 1, "TWO_AXES": op == 1, "YCOL": op, "BLOCK_D": 8192}
         try:
             k = triton.compile(ASTSource(K._fwd_loop_kernel, s, c), target=tgt, options={"num_warps": 16, "enable_fp_fusion": False})
             print("fwd_loop ok", dt, op)
@@ -119,9 +119,9 @@ for dt in ("bf16", "fp16", "fp32"):
             print("fwd_loop FAIL", dt, op, str(e)[-1500:]); raise SystemExit(1)
     for op in (0, 1):
         s = {"A": f"*{dt}", "G": f"*{dt}", "DX": f"*{dt}", "n_rows": "i32", "n_cols": "i32", "n1": "i32",
-             "sa0": "i64", "sa1": "i64", "sg0": "i64", "sg1": "i64", "sd0": "i64", "sd1": "i64",
-             "OP": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "BLOCK_D": "constexpr"}
-        c = {"OP": op, "VEC": op == 0, "TWO_AXES": op == 1, "BLOCK_D": 16384}
+             "sa0": "i64", "sa1": "i64", "sg0": "i64", "sg1": "i64", "sd0": "i64", "sd1": "i64", "sdc": "i32",
+             "OP": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "DCOL": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"OP": op, "VEC": op == 0, "TWO_AXES": op == 1, "DCOL": 2 * op, "BLOCK_D": 4096}
         try:
             k = triton.compile(ASTSource(K._bwd_loop_kernel, s, c), target=tgt, options={"num_warps": 16, "enable_fp_fusion": False})
             print("bwd_loop ok", dt, op)

@@ -230,13 +230,14 @@ def _online_merge(M, S, mc, sc):
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _fwd_loop_kernel(
-    X, Y, n_rows, n_cols, n1, sx0, sx1, sy0, sy1,
-    OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, BLOCK_D: tl.constexpr,
+    X, Y, n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc,
+    OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, YCOL: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """16/32-bit rows longer than one block, when there are enough rows to fill the GPU: one
     program per row loops over its BLOCK_D chunks, folding each chunk's (max, sum) into the row's
     (_online_merge), then reads the chunks again in reverse order (the last ones read are the
-    likeliest still in L2) and writes them. Contiguous output columns only."""
+    likeliest still in L2) and writes them (output columns contiguous or strided, YCOL: a reduction
+    over a non-last axis must take the same path as over the last one, bitwise)."""
     tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
     row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
     xrow = X + _row_off(row, n1, sx0, sx1, TWO_AXES)[:, None]
@@ -264,11 +265,15 @@ def _fwd_loop_kernel(
     for j in range(0, n_ck):
         cols = (n_ck - 1 - j) * BLOCK_D + tl.arange(0, BLOCK_D)
         xp = xrow + cols[None, :]
-        yp = yrow[:, None] + cols[None, :]
+        if YCOL == 0:
+            yp = yrow[:, None] + cols[None, :]
+        else:
+            yp = yrow[:, None] + _col_off(cols, syc, YCOL)[None, :]
         mask = (cols < n_cols)[None, :]
         if VEC:
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
-            yp = tl.max_contiguous(tl.multiple_of(yp, [1, 16]), [1, 16])
+            if YCOL == 0:
+                yp = tl.max_contiguous(tl.multiple_of(yp, [1, 16]), [1, 16])
             mask = tl.max_constancy(mask, [1, 16])
         x = to_f32(tl.load(xp, mask=mask, other=float("-inf")))
         d = x - ms[:, None]
@@ -424,13 +429,13 @@ def _bwd_kernel(
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _bwd_loop_kernel(
-    A, G, DX, n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1,
-    OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, BLOCK_D: tl.constexpr,
+    A, G, DX, n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc,
+    OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, DCOL: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """16/32-bit rows longer than one block, with enough rows to fill the GPU: one program per
     row sums its chunks' terms (each chunk exact, _numerics.sum_exact32, scaled by its 2**q1;
     the chunk totals added in float64 in a fixed order), then reads the chunks again in reverse
-    order and writes dx (_out32). Contiguous output columns only."""
+    order and writes dx (_out32), to contiguous or strided (DCOL) output columns."""
     tl.static_assert(BLOCK_D <= 16384, "sum_exact32 is exact for rows of at most 2**14")
     row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
     arow = A + _row_off(row, n1, sa0, sa1, TWO_AXES)[:, None]
@@ -456,12 +461,16 @@ def _bwd_loop_kernel(
         cols = (n_ck - 1 - j) * BLOCK_D + tl.arange(0, BLOCK_D)
         ap = arow + cols[None, :]
         gp = grow + cols[None, :]
-        dp = drow + cols[None, :]
+        if DCOL == 0:
+            dp = drow + cols[None, :]
+        else:
+            dp = drow + _col_off(cols, sdc, DCOL)[None, :]
         mask = (cols < n_cols)[None, :]
         if VEC:
             ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
             gp = tl.max_contiguous(tl.multiple_of(gp, [1, 16]), [1, 16])
-            dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
+            if DCOL == 0:
+                dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
             mask = tl.max_constancy(mask, [1, 16])
         a = to_f32(tl.load(ap, mask=mask, other=other_a))
         g = to_f32(tl.load(gp, mask=mask, other=0.0))
@@ -485,12 +494,13 @@ def _col_mode(n_cols: int, stride: int) -> int:
     return COL_I64 if (n_cols - 1) * stride > _INT32_MAX else COL_I32
 
 
-def _looped(plan: L.RowPlan, dtype: torch.dtype, out_col_stride: int, device) -> bool:
+def _looped(plan: L.RowPlan, dtype: torch.dtype, device) -> bool:
     """Rows longer than one block take the looped kernels (one program per row, two passes over
     the row, the second mostly from L2) when there are enough rows to fill the GPU and the row is
-    16/32-bit with contiguous output columns; otherwise the split kernels (a row's chunks in
-    parallel programs, partials merged), which also serve few rows of a million columns."""
-    return dtype != torch.float64 and out_col_stride == 1 and plan.n_rows >= L.loop_rows(device)
+    16/32-bit; otherwise the split kernels (a row's chunks in parallel programs, partials merged),
+    which also serve few rows of a million columns. The choice depends on the shape only (not on
+    strides), so every layout of a tensor takes the same path: results stay bitwise equal."""
+    return dtype != torch.float64 and plan.n_rows >= L.loop_rows(device)
 
 
 def _nc(cfg: L.Config) -> int:
@@ -535,11 +545,11 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
         L.note_variant("fwd", OP=op, PHASE=WHOLE, dtype=str(dtype), BLOCK_R=cfg.block_r, **common)
         _fwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](x, y, y, y, *args, OP=op, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
         return
-    if _looped(plan, dtype, syc, x.device):
+    if _looped(plan, dtype, x.device):
         chunk, warps = L.loop_config(backward=False)
-        loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], BLOCK_D=chunk)
+        loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], YCOL=common["YCOL"], BLOCK_D=chunk)
         L.note_variant("fwd_loop", dtype=str(dtype), **loop)
-        _fwd_loop_kernel[(plan.n_rows,)](x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1,
+        _fwd_loop_kernel[(plan.n_rows,)](x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc,
                                          enable_fp_fusion=False, num_warps=warps, **loop)
         return
     pm = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=x.device)
@@ -575,11 +585,11 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         if not cfg.split:
             L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, **common)
             _bwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](ax, gx, dx, dx, dx, *args, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
-        elif _looped(plan, a.dtype, sdc, a.device):
+        elif _looped(plan, a.dtype, a.device):
             chunk, warps = L.loop_config(backward=True)
-            loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], BLOCK_D=chunk)
+            loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], DCOL=common["DCOL"], BLOCK_D=chunk)
             L.note_variant("bwd_loop", dtype=str(a.dtype), **loop)
-            _bwd_loop_kernel[(plan.n_rows,)](ax, gx, dx, plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1,
+            _bwd_loop_kernel[(plan.n_rows,)](ax, gx, dx, plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc,
                                              enable_fp_fusion=False, num_warps=warps, **loop)
         else:
             ps = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=a.device)

@@ -439,6 +439,26 @@ def test_vjp_special_value_grid(op, dtype):
                     f"out={out[i].tolist()} ref={ref[i].tolist()}")
 
 
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward"])
+def test_long_rows_take_one_path_for_every_layout(op):
+    """A long row's path (looped or split) depends on the shape alone: reducing dim=0 of the
+    transposed tensor (strided output columns) launches the same kernel as the last axis. The
+    H200 found dim_argument failing bitwise on (2, 49151) float32 when strided output columns
+    sent the dim=0 call to the split path; the two paths round differently on the GPU (not under
+    the interpreter, where this test checks the choice itself)."""
+    rows = max(2, _launch.loop_rows(torch.device(DEV)))
+    D = 2 * _launch.max_block(torch.float32) + 3
+    x = torch.randn(rows, D, device=DEV)
+    args = [x] if op in ("softmax", "log_softmax", "logsumexp") else [torch.softmax(x, -1), torch.randn_like(x)]
+    fn = getattr(kernels, op)
+    kinds = []
+    for moved, dim in ((args, -1), ([t.movedim(-1, 0) for t in args], 0)):
+        _launch.VARIANTS.clear()
+        fn(*moved, dim=dim)
+        kinds.append(sorted({v[0] for v in _launch.VARIANTS}))
+    assert kinds[0] == kinds[1], kinds
+
+
 # ---------------------------------------------------------------------------- several GPUs
 @pytest.mark.skipif(DEV != "cuda" or torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_kernels_run_on_their_inputs_device():
