@@ -7,6 +7,10 @@ device-to-device copy measured in the same run, writes bench.json and one PNG pe
 and prints the table last.
 
     python benchmarks/bench.py [--quick] [--only softmax,merge] [--impls ours,torch,compile] [--ds 128,4096] [--out DIR]
+    python benchmarks/bench.py --replot A.json [B.json ...] --out DIR   # plots only, no GPU
+
+--replot draws the PNGs from saved bench.json files (later files win for the same op, pass,
+dtype, row length and implementation), so runs of different implementations can share a plot.
 """
 from __future__ import annotations
 
@@ -71,7 +75,18 @@ def main():
     ap.add_argument("--impls", default="ours,torch", help="implementations to time (ours, torch, compile)")
     ap.add_argument("--ds", default="", help="comma-separated row lengths, for modules that take them (softmax)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--replot", nargs="+", default=None, metavar="JSON", help="plot saved bench.json files, run nothing")
     args = ap.parse_args()
+    if args.replot:
+        merged = {}
+        for path in args.replot:
+            with open(path) as f:
+                d = json.load(f)
+            for r in d["rows"]:
+                merged[(r["op"], r["pass_"], r["dtype"], r["D"], r["impl"])] = r
+            C = d["copy_gbs"]
+        _plots(list(merged.values()), C, args.out)
+        return
     impls = set(args.impls.split(","))
     names = sorted(os.path.basename(p)[6:-3] for p in glob.glob(os.path.join(HERE, "cases_*.py")))
     if args.only:
