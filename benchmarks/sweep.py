@@ -1,77 +1,94 @@
-"""Launch-configuration sweep for the softmax-family kernels on the GPU: for each op, dtype and
-row length, time the kernel under each (tile, elements-per-warp) setting of the tuning knobs
-(kernels._launch.row_config: SOFTMAX_KERNELS_TILE{,_BWD}, SOFTMAX_KERNELS_PER_WARP{,_BWD}) and
-print model-byte GB/s and the fraction of copy, best setting marked. Same data and byte counts
-as benchmarks/cases_softmax.py (2**28 elements per input, random normal).
+"""Launch-configuration sweep on the GPU: time the project's kernels ("ours" of the
+``benchmarks/cases_*.py`` modules bench.py uses, same data and model bytes) under several settings
+of the kernels' tuning knobs, and print the fraction of copy per setting, best marked.
 
-    python benchmarks/sweep.py --ops softmax_backward,softmax --ds 128,4096 --configs 8192/1024,4096/512
+A setting is ``default`` (the launcher's own choice), a list of environment assignments
+``NAME=VALUE[,NAME=VALUE]``, or for the softmax family the shorthand ``TILE/PER_WARP``
+(SOFTMAX_KERNELS_TILE / SOFTMAX_KERNELS_PER_WARP, with a _BWD suffix for backward cases). Settings
+are separated by ';'. The knobs: SOFTMAX_KERNELS_{TILE,PER_WARP}{,_BWD} (kernels/_launch.py),
+MERGE_KERNELS_{TILE,PER_WARP} (kernels/_merge.py), CE_KERNELS_{MAX_TILE,NUM_WARPS}
+(kernels/_cross_entropy.py).
+
+    python benchmarks/sweep.py --only softmax --ops softmax --ds 128,4096 --configs "default;2048/512"
+    python benchmarks/sweep.py --only merge --configs "default;MERGE_KERNELS_PER_WARP=512"
+    python benchmarks/sweep.py --only ce --configs "default;CE_KERNELS_NUM_WARPS=8"
 """
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import os
 import sys
 
 import torch
 import triton
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import kernels  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
-ELEMS = 2**28
+
+def _env(setting: str, backward: bool) -> dict:
+    if setting == "default":
+        return {}
+    if "=" not in setting:  # softmax shorthand TILE/PER_WARP
+        tile, per_warp = setting.split("/")
+        sfx = "_BWD" if backward else ""
+        return {"SOFTMAX_KERNELS_TILE" + sfx: tile, "SOFTMAX_KERNELS_PER_WARP" + sfx: per_warp}
+    return dict(kv.split("=", 1) for kv in setting.split(","))
+
+
+def _copy_gbs() -> float:
+    a = torch.empty(2**28, dtype=torch.float32, device="cuda").normal_()
+    b = torch.empty_like(a)
+    return 2 * 2**28 * 4 / triton.testing.do_bench(lambda: b.copy_(a), return_mode="median") / 1e6
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--ops", default="softmax_backward,log_softmax_backward")
-    ap.add_argument("--ds", default="128,1024,4096,16384")
-    ap.add_argument("--dtypes", default="bfloat16,float32")
-    ap.add_argument("--configs", default="default,4096/512,8192/512,8192/1024,16384/1024",
-                    help="tile/per_warp pairs ('default': the launcher's own choice)")
+    ap.add_argument("--only", default="softmax", help="case modules, comma-separated (softmax, merge, ce)")
+    ap.add_argument("--ops", default="", help="keep only these ops (comma-separated); empty: all")
+    ap.add_argument("--ds", default="128,1024,4096,16384", help="row lengths, for modules that take them")
+    ap.add_argument("--configs", default="default", help="settings separated by ';' (see the module docstring)")
     args = ap.parse_args()
-    a = torch.empty(ELEMS, dtype=torch.float32, device="cuda").normal_()
-    b = torch.empty_like(a)
-    C = 2 * ELEMS * 4 / triton.testing.do_bench(lambda: b.copy_(a), return_mode="median") / 1e6
-    del a, b
+    C = _copy_gbs()
     print(f"copy: {C:.0f} GB/s")
-    rows = []
-    for dt_name in args.dtypes.split(","):
-        dtype = getattr(torch, dt_name)
-        for D in [int(d) for d in args.ds.split(",")]:
-            N = ELEMS // D
-            x = torch.randn(N, D, device="cuda", dtype=dtype)
-            y = torch.softmax(x.float(), -1).to(dtype)
-            z = torch.log_softmax(x.float(), -1).to(dtype)
-            g = torch.randn_like(x)
-            calls = {"softmax": (lambda: kernels.softmax(x), 2), "log_softmax": (lambda: kernels.log_softmax(x), 2),
-                     "logsumexp": (lambda: kernels.logsumexp(x), 1),
-                     "softmax_backward": (lambda: kernels.softmax_backward(y, g), 3),
-                     "log_softmax_backward": (lambda: kernels.log_softmax_backward(z, g), 3)}
-            for op in args.ops.split(","):
-                fn, passes = calls[op]
-                sfx = "_BWD" if op.endswith("backward") else ""
-                res = []
-                for cfg in args.configs.split(","):
-                    for k in ("SOFTMAX_KERNELS_TILE" + sfx, "SOFTMAX_KERNELS_PER_WARP" + sfx):
-                        os.environ.pop(k, None)
-                    if cfg != "default":
-                        tile, pw = cfg.split("/")
-                        os.environ["SOFTMAX_KERNELS_TILE" + sfx] = tile
-                        os.environ["SOFTMAX_KERNELS_PER_WARP" + sfx] = pw
-                    try:
-                        ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
-                        gbs = passes * N * D * dtype.itemsize / ms / 1e6
-                    except Exception as e:  # noqa: BLE001 - report and go on
-                        print(f"{op} {dt_name} D={D} {cfg}: {type(e).__name__}: {str(e)[:200]}")
-                        gbs = float("nan")
-                    res.append((cfg, gbs))
-                best = max(res, key=lambda r: r[1] if r[1] == r[1] else -1)
-                line = "  ".join(f"{c}:{v / C:.2f}{'*' if (c, v) == best else ''}" for c, v in res)
-                print(f"{op:22s} {dt_name:8s} D={D:<6d} {line}", flush=True)
-            del x, y, z, g
+    ops = set(filter(None, args.ops.split(",")))
+    settings = args.configs.split(";")
+    for name in args.only.split(","):
+        mod = importlib.import_module(f"cases_{name}")
+        params = inspect.signature(mod.cases).parameters
+        kw = {"impls_wanted": ("ours",)}
+        if "ds" in params:
+            kw["ds"] = [int(d) for d in args.ds.split(",")]
+        for case in mod.cases(False, **kw):
+            fn = case["impls"].get("ours")
+            if fn is None or (ops and case["op"] not in ops):
+                continue
+            res = []
+            for setting in settings:
+                env = _env(setting, case["pass_"] == "bwd")
+                saved = {k: os.environ.get(k) for k in env}
+                os.environ.update(env)
+                try:
+                    ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+                    frac = case["nbytes"] / ms / 1e6 / C
+                except Exception as e:  # noqa: BLE001 - report and go on
+                    print(f"{case['op']} {case['dtype']} D={case['D']} {setting}: {type(e).__name__}: {str(e)[:200]}")
+                    frac = float("nan")
+                finally:
+                    for k, v in saved.items():
+                        if v is None:
+                            os.environ.pop(k, None)
+                        else:
+                            os.environ[k] = v
+                res.append((setting, frac))
+            best = max(res, key=lambda r: r[1] if r[1] == r[1] else -1)
+            line = "  ".join(f"{s}:{f:.2f}{'*' if (s, f) == best else ''}" for s, f in res)
+            print(f"{case['op']:16s} {case['pass_']:7s} {case['dtype']:8s} D={case['D']:<7d} {line}", flush=True)
+            del case, fn
             torch.cuda.empty_cache()
-    for k in [k for k in os.environ if k.startswith("SOFTMAX_KERNELS_")]:
-        os.environ.pop(k)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ Row offsets are 64-bit; column offsets 32-bit (a row holds fewer than 2**31 elem
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -248,9 +250,16 @@ def _tile(n_cols: int, n_rows: int, dtype: torch.dtype):
     of a tile of 8 (2-byte) to 2 (8-byte) thousand elements, i.e. 16 KB per input in flight.
     BLOCK_R does not shrink for few rows: each (BLOCK_D, dtype) is then one compiled variant (a
     GPU run of the suite had compiled ~500 softmax_merge variants), and masked rows cost nothing."""
-    te = L.tile_elems(dtype)
+    te = int(os.environ.get("MERGE_KERNELS_TILE", L.tile_elems(dtype)))  # a tuning knob (benchmarks/sweep.py)
     bd = min(te, max(16, triton.next_power_of_2(max(n_cols, 1))))
     return te // bd, bd
+
+
+def _num_warps(br: int, bd: int) -> int:
+    """Warps for a [br, bd] tile: one per 1024 elements (4 to 16); MERGE_KERNELS_PER_WARP (elements
+    per warp) is a tuning knob (benchmarks/sweep.py). ptxas (triton 3.6, sm_90): the float32
+    attention merge at 4096 elements and 4 warps uses 188 registers, 8 warps per SM."""
+    return L._warps(br * bd, int(os.environ.get("MERGE_KERNELS_PER_WARP", 1024)))
 
 
 @L.on_tensor_device
@@ -276,7 +285,7 @@ def attention_merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, l
     _attention_merge_kernel[(triton.cdiv(n_rows, br),)](
         xa, la, xb, lb, o, lse, n_rows, n_cols, n1, *sa, *sla, *sb, *slb, *so, *slo,
         F64=o_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
-        num_warps=L._warps(br * bd))
+        num_warps=_num_warps(br, bd))
     return o, lse
 
 
@@ -305,5 +314,5 @@ def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse
     _softmax_merge_kernel[(triton.cdiv(n_rows, br) * n_cb,)](
         xa, la, xb, lb, p, lse, n_rows, n1, da, db, *sa, *sla, *sb, *slb, *sp, *slo, n_cb_a, n_cb,
         F64=p_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
-        num_warps=L._warps(br * bd))
+        num_warps=_num_warps(br, bd))
     return p, lse
