@@ -37,8 +37,8 @@ SEMANTICS = [
 # its attention output o (attention_merge), lse its logsumexp, so lse = -inf is an empty or fully
 # masked chunk. The rules follow from the one-shot table above applied to the concatenated row:
 #   * lse = -inf on one side: the exact identity (the other side's values bitwise), whatever the
-#     empty side's x holds (NaN, inf, anything): its values never reach the output. Its softmax columns are 0, as
-#     a -inf logit's softmax is 0.
+#     empty side's x holds (NaN, inf, anything): its values never reach the output. Its softmax
+#     columns are 0, as a -inf logit's softmax is 0.
 #   * both -inf: softmax gives NaN p and lse -inf (the all -inf row); attention gives o = 0 and
 #     lse -inf, with no NaN (the convention of flash/ring attention for a fully masked query).
 #   * a NaN lse poisons the row (NaN everywhere, lse NaN), as a NaN logit does; NaN beats +inf.
