@@ -214,7 +214,6 @@ def _ce_bwd_kernel(
 ):
     """dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale, in the compute type, rounded once;
     exactly 0 on ignored rows."""
-    CT: tl.constexpr = tl.float64 if F64 else tl.float32
     eps, inv_v = _ce_params(eps, inv_v, EPS, F64)
     hot = 1.0 - eps
     flat = eps * inv_v

@@ -285,7 +285,6 @@ def _bwd_kernel(
     representable and works in units of 2**k only where it is not (float64 rows near the overflow
     threshold), so dx is finite wherever the exact VJP is. A split row carries each chunk's
     partial sum with its own exponent (PS, PK) and merges them at the largest."""
-    CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
     rmask = rows < n_rows
     mask = rmask[:, None] & (cols < n_cols)[None, :]
