@@ -43,13 +43,19 @@ def copy_bw():
     return 2 * 2**28 * 4 / ms / 1e6  # GB/s
 
 
-def run_module(name, quick, impls, C, rows, ds=None):
+def module_cases(name, quick, impls, ds=None):
+    """The cases of benchmarks/cases_{name}.py, asking it for the implementations in impls and,
+    where it takes them, the row lengths ds."""
     mod = importlib.import_module(f"cases_{name}")
     params = inspect.signature(mod.cases).parameters
     kw = {"impls_wanted": impls} if "impls_wanted" in params else {}
     if ds and "ds" in params:
         kw["ds"] = ds
-    for case in mod.cases(quick, **kw):
+    return mod.cases(quick, **kw)
+
+
+def run_module(name, quick, impls, C, rows, ds=None):
+    for case in module_cases(name, quick, impls, ds):
         for impl, fn in case["impls"].items():
             if fn is None or impl not in impls:
                 continue

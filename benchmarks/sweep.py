@@ -16,8 +16,6 @@ MERGE_KERNELS_{TILE,PER_WARP} (kernels/_merge.py), CE_KERNELS_{MAX_TILE,NUM_WARP
 from __future__ import annotations
 
 import argparse
-import importlib
-import inspect
 import os
 import sys
 
@@ -27,6 +25,7 @@ import triton
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+from bench import copy_bw, module_cases  # noqa: E402
 
 
 def _env(setting: str, backward: bool) -> dict:
@@ -39,12 +38,6 @@ def _env(setting: str, backward: bool) -> dict:
     return dict(kv.split("=", 1) for kv in setting.split(","))
 
 
-def _copy_gbs() -> float:
-    a = torch.empty(2**28, dtype=torch.float32, device="cuda").normal_()
-    b = torch.empty_like(a)
-    return 2 * 2**28 * 4 / triton.testing.do_bench(lambda: b.copy_(a), return_mode="median") / 1e6
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="softmax", help="case modules, comma-separated (softmax, merge, ce)")
@@ -52,17 +45,12 @@ def main():
     ap.add_argument("--ds", default="128,1024,4096,16384", help="row lengths, for modules that take them")
     ap.add_argument("--configs", default="default", help="settings separated by ';' (see the module docstring)")
     args = ap.parse_args()
-    C = _copy_gbs()
+    C = copy_bw()
     print(f"copy: {C:.0f} GB/s")
     ops = set(filter(None, args.ops.split(",")))
     settings = args.configs.split(";")
     for name in args.only.split(","):
-        mod = importlib.import_module(f"cases_{name}")
-        params = inspect.signature(mod.cases).parameters
-        kw = {"impls_wanted": ("ours",)}
-        if "ds" in params:
-            kw["ds"] = [int(d) for d in args.ds.split(",")]
-        for case in mod.cases(False, **kw):
+        for case in module_cases(name, False, ("ours",), [int(d) for d in args.ds.split(",")]):
             fn = case["impls"].get("ours")
             if fn is None or (ops and case["op"] not in ops):
                 continue

@@ -48,7 +48,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import to_out
+from ._numerics import to_out, widen
 
 REDUCTIONS = ("none", "mean", "sum")
 _INT_DTYPES = (torch.int32, torch.int64)
@@ -151,13 +151,13 @@ def _ce_fwd_kernel(
         xp = xrow[:, None] + (start + cols0)[None, :]
         if VEC:
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
-        x = tl.load(xp, mask=rmask[:, None], other=float("-inf")).to(CT)
+        x = widen(tl.load(xp, mask=rmask[:, None], other=float("-inf")), F64)
         m, s, sx = _fwd_tile(x, x, m, s, sx, inv_v, SMOOTH)
     start = lo + n_full * BLOCK
     if start < hi:  # the ragged last tile
         cols = start + cols0
         msk = rmask[:, None] & (cols < hi)[None, :]
-        x = tl.load(xrow[:, None] + cols[None, :], mask=msk, other=float("-inf")).to(CT)
+        x = widen(tl.load(xrow[:, None] + cols[None, :], mask=msk, other=float("-inf")), F64)
         m, s, sx = _fwd_tile(x, tl.where(msk, x, 0.0), m, s, sx, inv_v, SMOOTH)
     # rows whose max is +-inf: the terms above may be NaN or 0; _ce_finish overrides them
     S = tl.sum(s, 1)  # NaN exactly when the row (chunk) holds a NaN logit
@@ -214,7 +214,6 @@ def _ce_bwd_kernel(
 ):
     """dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale, in the compute type, rounded once;
     exactly 0 on ignored rows."""
-    CT: tl.constexpr = tl.float64 if F64 else tl.float32
     eps, inv_v = _ce_params(eps, inv_v, EPS, F64)
     hot = 1.0 - eps
     flat = eps * inv_v
@@ -223,7 +222,7 @@ def _ce_bwd_kernel(
     t = tl.load(T + rows * st, mask=rmask, other=0).to(tl.int64)
     ign = t == ignore_index
     lse = tl.load(LSE + rows, mask=rmask, other=0.0)
-    scale = tl.load(SC + rows * ss, mask=rmask, other=0.0).to(CT)
+    scale = widen(tl.load(SC + rows * ss, mask=rmask, other=0.0), F64)
     xrow = X + rows * sxr
     drow = DX + rows * sdr
     lo = tl.program_id(1) * chunk_cols
@@ -238,14 +237,14 @@ def _ce_bwd_kernel(
         if VEC:
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
             dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
-        x = tl.load(xp, mask=rmask[:, None], other=0.0).to(CT)
+        x = widen(tl.load(xp, mask=rmask[:, None], other=0.0), F64)
         g = _bwd_tile(x, lse, t, ign, scale, cols, hot, flat, SMOOTH)
         tl.store(dp, to_out(g, DX.dtype.element_ty), mask=rmask[:, None])
     start = lo + n_full * BLOCK
     if start < hi:
         cols = start + cols0
         msk = rmask[:, None] & (cols < hi)[None, :]
-        x = tl.load(xrow[:, None] + cols[None, :], mask=msk, other=0.0).to(CT)
+        x = widen(tl.load(xrow[:, None] + cols[None, :], mask=msk, other=0.0), F64)
         g = _bwd_tile(x, lse, t, ign, scale, cols, hot, flat, SMOOTH)
         tl.store(drow[:, None] + cols[None, :], to_out(g, DX.dtype.element_ty), mask=msk)
 

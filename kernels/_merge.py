@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import to_out
+from ._numerics import to_out, widen
 
 
 @triton.jit
@@ -120,7 +120,7 @@ def _attention_merge_kernel(
             mask = tl.max_constancy(mask, [1, 16])
         oa = tl.load(pa, mask=mask, other=0.0)
         ob = tl.load(pb, mask=mask, other=0.0)
-        v = wa[:, None] * oa.to(CT) + wb[:, None] * ob.to(CT)
+        v = wa[:, None] * widen(oa, F64) + wb[:, None] * widen(ob, F64)
         v = tl.where(poison[:, None], float("nan"), tl.where(both_empty[:, None], 0.0, v))
         out = to_out(v, O.dtype.element_ty)
         out = tl.where(b_empty[:, None], oa, tl.where(a_empty[:, None], ob, out))  # exact identity
@@ -176,7 +176,7 @@ def _softmax_merge_kernel(
         dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
         mask = tl.max_constancy(mask, [1, 16])
     x = tl.load(sp, mask=mask, other=0.0)  # read even for an empty side (see attention_merge)
-    v = w[:, None] * x.to(CT)
+    v = w[:, None] * widen(x, F64)
     v = tl.where(nan_rows[:, None], float("nan"), tl.where(zero_rows[:, None], 0.0, v))
     out = to_out(v, P.dtype.element_ty)
     out = tl.where(copy_rows[:, None], x, out)

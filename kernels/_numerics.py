@@ -29,7 +29,9 @@ All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
   Both cost a few float adds per element where the fixed-point limbs cost three 64-bit
   conversions, which made the 16-bit kernels compute-bound.
 * ``exp_ftz(x)``: float32 exp without the subnormal fix-up (FTZ).
-* ``to_f32(x)``: exact widening to float32 (the interpreter's bfloat16 subnormals are wrong).
+* ``to_f32(x)``: exact widening to float32 (the interpreter's bfloat16 subnormals are wrong);
+  ``widen(x, F64)``: to the compute type, float64 or float32. Every kernel widens its inputs
+  through these.
 * ``to_out(v, dtype)``: round to the output dtype to nearest-even. The Triton interpreter (3.6 to
   3.9) truncates float32 -> bfloat16; there the rounding is done on the bits instead.
 """
@@ -142,6 +144,15 @@ def to_f32(x):
         return (bits << 16).to(tl.float32, bitcast=True)
     else:
         return x.to(tl.float32)
+
+
+@triton.jit
+def widen(x, F64: tl.constexpr):
+    """x in the compute type: float64 for float64 kernels, else float32 (to_f32)."""
+    if F64:
+        return x.to(tl.float64)
+    else:
+        return to_f32(x)
 
 
 @triton.jit

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import _pow2, ebits32, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, sum_exact32, sum_exp, sum_parts, sum_scaled, sum_unit, to_f32, to_out
+from ._numerics import _pow2, ebits32, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, sum_exact32, sum_exp, sum_parts, sum_scaled, sum_unit, to_f32, to_out, widen
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 WHOLE, PARTIAL, FINISH = 0, 1, 2
@@ -131,8 +131,7 @@ def _fwd_kernel(
     if VEC:
         xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
         vmask = tl.max_constancy(mask, [1, 16])
-    x = tl.load(xp, mask=vmask, other=float("-inf"))
-    x = x.to(tl.float64) if F64 else to_f32(x)
+    x = widen(tl.load(xp, mask=vmask, other=float("-inf")), F64)
     if PHASE == 2:
         M, S64 = _merge_partials(PM, PS, rows, n_chunks, NC)
         m = M.to(CT)
@@ -376,7 +375,6 @@ def _bwd_kernel(
     representable and works in units of 2**k only where it is not (float64 rows near the overflow
     threshold), so dx is finite wherever the exact VJP is. A split row carries each chunk's
     partial sum with its own exponent (PS, PK) and merges them at the largest."""
-    CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
     rmask = rows < n_rows
     mask = rmask[:, None] & (cols < n_cols)[None, :]

@@ -1,10 +1,20 @@
-"""Shared launch code for the merge mutants: states made contiguous, one program per row."""
+"""Shared code for the merge mutants: states made contiguous, one program per row (launch), and
+the row's lse pair every kernel reads first (row_lses)."""
 import math
 
 import torch
 import triton
+import triton.language as tl
 
 from kernels._launch import check_tensor
+
+
+@triton.jit
+def row_lses(LA, LB, F64: tl.constexpr):
+    """This program's row and its two states' lse in the compute type: (row, la, lb)."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    row = tl.program_id(0).to(tl.int64)
+    return row, tl.load(LA + row).to(CT), tl.load(LB + row).to(CT)
 
 
 def rows_of(t: torch.Tensor, width: int) -> torch.Tensor:

@@ -10,17 +10,15 @@ import triton.language as tl
 
 from kernels._numerics import to_out
 
-from ._merge_base import launch
+from ._merge_base import launch, row_lses
 
 
 @triton.jit
 def _kernel(OA, LA, OB, LB, O, LO, da, db, F64: tl.constexpr, BLOCK: tl.constexpr):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
-    row = tl.program_id(0).to(tl.int64)
+    row, la, lb = row_lses(LA, LB, F64)
     cols = tl.arange(0, BLOCK)
     mask = cols < da
-    la = tl.load(LA + row).to(CT)
-    lb = tl.load(LB + row).to(CT)
     b_ok = lb > float("-inf")
     d = tl.where(b_ok, lb - la, float("-inf"))  # BUG: la = -inf is not guarded (d = +inf)
     lse = la + tl.log(1.0 + tl.exp(d))

@@ -5,16 +5,14 @@ import triton.language as tl
 
 from kernels._numerics import to_out
 
-from ._merge_base import launch
+from ._merge_base import launch, row_lses
 
 
 @triton.jit
 def _kernel(PA, LA, PB, LB, P, LO, da, db, F64: tl.constexpr, BLOCK: tl.constexpr):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
-    row = tl.program_id(0).to(tl.int64)
+    row, la, lb = row_lses(LA, LB, F64)
     cols = tl.arange(0, BLOCK)
-    la = tl.load(LA + row).to(CT)
-    lb = tl.load(LB + row).to(CT)
     nan = (la != la) | (lb != lb)
     m = tl.maximum(la, lb)
     fin = (m > float("-inf")) & (m < float("inf")) & ~nan
