@@ -852,7 +852,9 @@ def ce_truth(case, args, reduction=None, label_smoothing=None):
     if case.op == CE_FWD:
         xt = torch.gather(x64, -1, tc[..., None])[..., 0]
         xt = torch.where(torch.isfinite(xt), xt, 0.0)
-        mean_abs = torch.where(torch.isfinite(x64), x64.abs(), 0.0).mean(-1)
+        # the mean of |x_j| as a sum of |x_j| / V, which cannot overflow (a mean of finfo.max
+        # formed as sum / V is inf, and eps * inf with eps = 0 made the whole bound NaN)
+        mean_abs = (torch.where(torch.isfinite(x64), x64.abs(), 0.0) / V).sum(-1)
         rows = oracles.ce.loss_rows(x64, t, ign_idx, eps)
         row_eps = T.ce_loss_bound(case.dtype, lse, H, dep, logs, xt, mean_abs,
                                   torch.where(torch.isfinite(rows), rows, 0.0), eps)

@@ -411,6 +411,25 @@ def test_vjp_bounds_cover_a_subnormal_rounded_y():
     vjp_matches_finite_differences(case, tg)
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.25])
+def test_ce_bound_of_rows_at_the_float64_limit(eps):
+    """float64 logits [finfo.max, finfo.max], target 0: the exact loss is log 2, but lse = max + log 2
+    rounds to max, so any kernel that forms lse - x_t returns 0, within the derived bound (u |lse|
+    is 2e292). Found on the H200: the bound's mean |x_j| overflowed to inf and eps * inf with
+    eps = 0 made it NaN, which the comparison reads as 0, so the tolerance was half an ulp."""
+    from .case import CECase
+    from .invariants import ce_matches_oracle, ce_truth
+    from .ops import Target
+    tg = Target("kernels")
+    tg.device = DEV
+    big = torch.finfo(torch.float64).max
+    x = S.Logits(1, 2, "float64", ("const", big), (), "huge")
+    case = CECase("cross_entropy", torch.float64, S.Input(x, (), S.Layout()), S.Targets((0,)), -100, "mean", eps)
+    ref, tol = ce_truth(case, case.tensors("cpu"))
+    assert bool(torch.isfinite(tol)) and float(tol) > 1e290, tol
+    ce_matches_oracle(case, tg)
+
+
 _SPECIAL_X = [-math.inf, -300.0, -150.0, -100.0, -70.0, -1.0, 0.0, 1.0, 88.0, math.inf, math.nan]
 _SPECIAL_G = [math.inf, -math.inf, math.nan, 0.0, 1.0, -1.0, 3.0e38, -3.0e38, 1e-40, 6e4]
 

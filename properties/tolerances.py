@@ -204,10 +204,13 @@ def ce_loss_bound(dtype, lse, H, dep, logs, xt, mean_abs, loss, eps):
     U_ORACLE): the error of lse (ce_lse_error); rounding eps and 1 - eps (u each, relative to the
     term they scale), the products and subtractions: 2u (|lse| + |x_t|) (1 - eps) + 2u |lse| eps;
     the mean of x formed as sum x_j (1/V): (depth + 3) u mean |x_j| eps; the final addition
-    u |loss|. Row loss 0 (ignored) is exact."""
+    u |loss|. Row loss 0 (ignored) is exact. Each term is formed so that it overflows only where it
+    exceeds the float64 range itself (|lse| + |x_t| alone overflows at |x| ~ finfo.max), and the
+    smoothing terms are 0 for eps = 0 whatever mean |x_j| is."""
     def ab(u):
-        return (ce_lse_error(u, lse, H, dep, logs) + 2 * u * ((1 - eps) * (lse.abs() + xt.abs()) + eps * lse.abs())
-                + eps * (dep + 3) * u * mean_abs + u * loss.abs())
+        smooth = eps * lse.abs() * (2 * u) + eps * (dep + 3) * u * mean_abs if eps > 0 else 0.0
+        return (ce_lse_error(u, lse, H, dep, logs) + (2 * u * (1 - eps)) * lse.abs() + (2 * u * (1 - eps)) * xt.abs()
+                + smooth + u * loss.abs())
     return ab(TABLE[dtype].u_c) + ab(U_ORACLE)
 
 
