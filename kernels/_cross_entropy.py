@@ -17,11 +17,17 @@ dtype) are read through their row stride, so strided and stride-0 (``expand``) t
 
 Kernels (design for memory bandwidth; model bytes 3 N V s for forward + backward):
 
-* forward: one streaming pass per row over tiles of ``BLOCK`` columns (8192 for 16-bit dtypes on
-  the GPU). Per tile: one max reduction, then lane-wise ``s = s * exp(m_old - m_new) + exp(x - m)``
-  (one exp per element, the sum reduced once per row; a NaN logit turns its lane of the sum NaN,
-  so no separate flag is carried) and the lane-wise sum of ``x / V`` for smoothing. x[t] is one
-  scalar load. Writes lse and the loss per row (float32, float64
+* forward: one streaming pass per row over tiles of ``BLOCK`` columns (4096 for 16-bit dtypes on
+  the GPU), each held as groups of 16 bytes (8 16-bit logits), one group per thread and vector
+  load. Every group keeps its own running max and sum: per tile ``m' = max(m, max_g x)`` (inside
+  one thread) and ``s = s * exp(m - m') + sum_g exp(x - m')``, so per element one max, one
+  subtraction, one exp and one add, and no cross-thread reduction until the row's end, where
+  the groups are merged once (``S = sum_g s_g exp(m_g - M)``). A NaN logit turns its group's
+  sum NaN, so no separate flag is carried. The lane-wise sum of ``x / V`` for smoothing. x[t]
+  is one scalar load. SASS (triton 3.6, sm_90): 8.3 instructions per element in the loop, 31
+  registers; a tile-wide max (shuffles and three barriers per tile) had 12.9 and 61 and ran at 0.55-0.72
+  of copy (the forward reads 2 bytes per element, so it needs twice the elements per clock of a
+  read-and-write kernel: it was issue-bound). Writes lse and the loss per row (float32, float64
   for float64 logits); the reduction over rows is a tiny torch op on N values.
   Few rows with many columns (fewer rows than ~4 programs per SM): each row is split into
   ``n_chunks`` column ranges, one program each, whose partial (max, sum, sum x / V) a
@@ -32,12 +38,15 @@ Kernels (design for memory bandwidth; model bytes 3 N V s for forward + backward
   before the one-hot is subtracted). scale is dloss_i (none), dloss (sum) or dloss / count (mean).
   Columns are split across programs the same way (no reduction, so any split is exact).
 
-Out-of-range targets: validated on the host before any launch (``(t != ignore) & ((t < 0) |
-(t >= V))``.any()): one extra read of N target integers (4-8 bytes per row against 2 V bytes of
-logits) and one device-to-host sync per call. Chosen over an in-kernel flag because the flag must
-be read back (a sync) anyway before a clear error can be raised, and validation before launch
-guarantees the kernels never see a bad index; the kernels also mask the gather, so no index can
-fault even if this check is bypassed (e.g. calling the kernels directly).
+Out-of-range targets: the smallest and largest non-ignored target are computed by a few tiny
+kernels launched before the forward kernel and copied to pinned host memory behind an event; the
+forward kernel and the loss reduction are launched, then the host waits for that event (not for
+the forward kernel) and raises a ValueError naming the first bad target. One extra read of N
+target integers (4-8 bytes per row against 2 V bytes of logits) and one wait per call, while
+the GPU already has the forward queued: a synchronous check before the launch drained the GPU,
+which then idled for the whole host path to the launch. An in-kernel flag would have to be read
+back after the forward kernel, a longer wait. The kernels mask the gather, so no index can fault
+even before the check has answered or when it is bypassed (e.g. calling the kernels directly).
 """
 from __future__ import annotations
 
@@ -48,7 +57,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import to_out, widen
+from ._numerics import exp_ftz, to_out, widen
 
 REDUCTIONS = ("none", "mean", "sum")
 _INT_DTYPES = (torch.int32, torch.int64)
@@ -106,23 +115,40 @@ def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, V, sxr, st, ignore_index
 
 # No argument is specialized by value or alignment (each combination of "== 1" / "divisible by 16"
 # over V, the strides and the pointers was its own compiled variant); what that bought is the
-# constexpr VEC (checked by the launcher): the logits (and dlogits) rows start 16-byte aligned, so
-# the full tiles, whose masks are constant along a row, load and store 16-byte vectors. The hints
-# are written in the kernel bodies (Triton drops hints made in a called jit function).
+# constexpr VEC (checked by the launcher): 1 when the logits (and dlogits) rows start 16-byte
+# aligned, so the full tiles, whose masks are constant along a row, load and store 16-byte
+# vectors; 2 when V is a multiple of 16 as well, so the ragged last tile's column mask is constant
+# over 16 columns and it is vectorized too (its scalar loads cost 0.78 against 0.91 of copy
+# forward at V = 32000, whose last tile is a tenth of the row). The hints are written in the
+# kernel bodies (Triton drops hints made in a called jit function).
 _NO_SPEC = ["n_rows", "V", "sxr", "st", "ss", "sdr", "ignore_index", "n_chunks", "chunk_cols"]
 _NO_ALIGN = _NO_SPEC + ["X", "T", "LOSS", "LSE", "PM", "PS", "PX", "EPS", "SC", "DX"]
 
 
 @triton.jit
-def _fwd_tile(x, xs, m, s, sx, inv_v, SMOOTH: tl.constexpr):
-    """One tile of the online (max, sum of exp) pass; masked lanes hold x = -inf, and xs (the
-    values summed for smoothing) 0 there. A NaN logit need not reach the max (tl.max may drop
-    it): exp(NaN - m) makes its lane of s NaN for good (NaN * alpha stays NaN), so S is NaN."""
-    m_new = tl.maximum(m, tl.max(x, 1))
-    ms = tl.where(tl.abs(m_new) < float("inf"), m_new, 0.0)
-    s = s * tl.exp(m - ms)[:, None] + tl.exp(x - ms[:, None])
+def _exp(x, F64: tl.constexpr):
+    """exp in the compute type: float64's tl.exp, or float32's exp_ftz (subnormal results flushed,
+    which the tolerance table allows)."""
+    if F64:
+        return tl.exp(x)
+    else:
+        return exp_ftz(x)
+
+
+@triton.jit
+def _fwd_tile(x, xs, m, s, sx, inv_v, SMOOTH: tl.constexpr, F64: tl.constexpr):
+    """One tile [rows, groups, GS] of the online (max, sum of exp) pass. Every group of GS
+    consecutive columns (one thread's 16-byte vector) keeps its own max m and s = sum of
+    exp(x - m) over the logits it has seen: the group max is a reduction inside one thread (no
+    shuffles, no barrier between tiles), and per element there is one max, one subtraction, one
+    exp and one add; the rescale s * exp(m_old - m_new) is once per group. m starts at the most
+    negative finite value, so a -inf logit (and the -inf of masked lanes) gives exp(-inf) = 0 and
+    never -inf - -inf. A NaN logit need not reach the max (tl.max may drop it): exp(NaN - m) makes
+    its group's s NaN for good, so the row's S is NaN."""
+    m_new = tl.maximum(m, tl.max(x, 2))
+    s = s * _exp(m - m_new, F64) + tl.sum(_exp(x - m_new[:, :, None], F64), 2)
     if SMOOTH:
-        sx += xs * inv_v
+        sx += tl.sum(xs * inv_v, 2)
     return m_new, s, sx
 
 
@@ -131,36 +157,52 @@ def _ce_fwd_kernel(
     X, T, LOSS, LSE, PM, PS, PX, EPS,
     n_rows, V, sxr, st, ignore_index, n_chunks, chunk_cols, eps, inv_v,
     F64: tl.constexpr, SMOOTH: tl.constexpr, SPLIT: tl.constexpr, VEC: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr, GS: tl.constexpr,
 ):
+    """Per row (chunk): the max M, S = sum exp(x - M) and the sum of x / V, over tiles of BLOCK
+    columns held as [BLOCK_R, BLOCK // GS, GS] (GS: 16 bytes of logits)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    # the compute type's most negative finite value: each group's starting max
+    LOW: tl.constexpr = -1.7976931348623157e308 if F64 else -3.4028234663852886e38
+    G: tl.constexpr = BLOCK // GS
     eps, inv_v = _ce_params(eps, inv_v, EPS, F64)
     rows = _ce_rows(BLOCK_R)
     rmask = rows < n_rows
+    rmask3 = rmask[:, None, None]
     xrow = X + rows * sxr
     lo = tl.program_id(1) * chunk_cols
     hi = tl.minimum(lo + chunk_cols, V)
-    m = tl.full([BLOCK_R], float("-inf"), CT)
-    s = tl.zeros([BLOCK_R, BLOCK], CT)
-    sx = tl.zeros([BLOCK_R, BLOCK], CT)
-    cols0 = tl.arange(0, BLOCK)
+    m = tl.full([BLOCK_R, G], LOW, CT)
+    s = tl.zeros([BLOCK_R, G], CT)
+    sx = tl.zeros([BLOCK_R, G], CT)
+    cols0 = tl.arange(0, G)[:, None] * GS + tl.arange(0, GS)[None, :]  # [G, GS], row-major
     n_full = (hi - lo) // BLOCK
     # full tiles: the mask is constant along a row, so loads stay 16-byte vectors
     for k in range(0, n_full):
         start = tl.multiple_of(lo + k * BLOCK, BLOCK)
-        xp = xrow[:, None] + (start + cols0)[None, :]
+        xp = xrow[:, None, None] + (start + cols0)[None, :, :]
         if VEC:
-            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
-        x = widen(tl.load(xp, mask=rmask[:, None], other=float("-inf")), F64)
-        m, s, sx = _fwd_tile(x, x, m, s, sx, inv_v, SMOOTH)
-    start = lo + n_full * BLOCK
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 1, 16]), [1, 1, GS])
+        x = widen(tl.load(xp, mask=rmask3, other=float("-inf")), F64)
+        m, s, sx = _fwd_tile(x, x, m, s, sx, inv_v, SMOOTH, F64)
+    start = tl.multiple_of(lo + n_full * BLOCK, BLOCK)
     if start < hi:  # the ragged last tile
+        if VEC == 2:
+            hi = tl.multiple_of(hi, 16)
         cols = start + cols0
-        msk = rmask[:, None] & (cols < hi)[None, :]
-        x = widen(tl.load(xrow[:, None] + cols[None, :], mask=msk, other=float("-inf")), F64)
-        m, s, sx = _fwd_tile(x, tl.where(msk, x, 0.0), m, s, sx, inv_v, SMOOTH)
-    # rows whose max is +-inf: the terms above may be NaN or 0; _ce_finish overrides them
-    S = tl.sum(s, 1)  # NaN exactly when the row (chunk) holds a NaN logit
+        msk = rmask3 & (cols < hi)[None, :, :]
+        xp = xrow[:, None, None] + cols[None, :, :]
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 1, 16]), [1, 1, GS])
+        x = widen(tl.load(xp, mask=msk, other=float("-inf")), F64)
+        m, s, sx = _fwd_tile(x, tl.where(msk, x, 0.0), m, s, sx, inv_v, SMOOTH, F64)
+    # the groups merged once: S = sum_g s_g exp(m_g - M), NaN exactly when the row (chunk) holds
+    # a NaN logit. A row whose max is +inf may get a NaN or 0 here; _ce_finish overrides it.
+    # S >= 1 unless every logit is -inf (the group holding M adds s >= 1): then M becomes -inf,
+    # as for a row max.
+    M = tl.max(m, 1)
+    S = tl.sum(s * _exp(m - M[:, None], F64), 1)
+    m = tl.where(S == 0.0, float("-inf"), M)
     SXV = tl.sum(tl.where(rmask[:, None], sx, 0.0), 1)
     if SPLIT:
         poff = rows * n_chunks + tl.program_id(1)
@@ -196,14 +238,22 @@ def _ce_merge_kernel(
 
 
 @triton.jit
-def _bwd_tile(x, lse, t, ign, scale, cols, hot, flat, SMOOTH: tl.constexpr):
-    p = tl.exp(x - lse[:, None])
-    is_t = cols[None, :] == t[:, None]
+def _bwd_tile(x, lse, tt, ign, scale, cols0, hot, flat, SMOOTH: tl.constexpr, F64: tl.constexpr):
+    """One tile's gradient; tt is the target's column within the tile (int32, -1 when the target
+    is elsewhere), so the one-hot test is a 32-bit compare against the tile's own column index."""
+    p = _exp(x - lse[:, None], F64)
+    is_t = cols0[None, :] == tt[:, None]
     if SMOOTH:
         g = (p - flat) - tl.where(is_t, hot, 0.0)
     else:
         g = tl.where(is_t, p - 1.0, p)
     return tl.where(ign[:, None], 0.0, g * scale[:, None])
+
+
+@triton.jit
+def _tile_target(t, start, BLOCK: tl.constexpr):
+    """The target's column within the tile starting at column start, or -1 (int32)."""
+    return tl.where((t >= start) & (t < start + BLOCK), t - start, -1).to(tl.int32)
 
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
@@ -238,15 +288,22 @@ def _ce_bwd_kernel(
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
             dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
         x = widen(tl.load(xp, mask=rmask[:, None], other=0.0), F64)
-        g = _bwd_tile(x, lse, t, ign, scale, cols, hot, flat, SMOOTH)
+        g = _bwd_tile(x, lse, _tile_target(t, start, BLOCK), ign, scale, cols0, hot, flat, SMOOTH, F64)
         tl.store(dp, to_out(g, DX.dtype.element_ty), mask=rmask[:, None])
-    start = lo + n_full * BLOCK
-    if start < hi:
+    start = tl.multiple_of(lo + n_full * BLOCK, BLOCK)
+    if start < hi:  # the ragged last tile
+        if VEC == 2:
+            hi = tl.multiple_of(hi, 16)
         cols = start + cols0
         msk = rmask[:, None] & (cols < hi)[None, :]
-        x = widen(tl.load(xrow[:, None] + cols[None, :], mask=msk, other=0.0), F64)
-        g = _bwd_tile(x, lse, t, ign, scale, cols, hot, flat, SMOOTH)
-        tl.store(drow[:, None] + cols[None, :], to_out(g, DX.dtype.element_ty), mask=msk)
+        xp = xrow[:, None] + cols[None, :]
+        dp = drow[:, None] + cols[None, :]
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+            dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
+        x = widen(tl.load(xp, mask=msk, other=0.0), F64)
+        g = _bwd_tile(x, lse, _tile_target(t, start, BLOCK), ign, scale, cols0, hot, flat, SMOOTH, F64)
+        tl.store(dp, to_out(g, DX.dtype.element_ty), mask=msk)
 
 
 JIT_KERNELS = (_ce_fwd_kernel, _ce_merge_kernel, _ce_bwd_kernel)
@@ -256,15 +313,21 @@ JIT_KERNELS = (_ce_fwd_kernel, _ce_merge_kernel, _ce_bwd_kernel)
 # launch configuration
 # ----------------------------------------------------------------------------------------------
 def max_tile(dtype: torch.dtype) -> int:
-    """Columns one program handles per loop iteration (16 KB of 16-bit logits on the GPU); longer
-    rows loop. Under the interpreter 256, so CPU runs reach the looped and split paths on small
-    shapes. CE_KERNELS_MAX_TILE overrides it (a power of two >= 16)."""
+    """Columns one program handles per loop iteration; longer rows loop. On the GPU 16 KB of
+    logits for 16-bit dtypes, 8 warps (16 elements per thread). bfloat16 on the H200
+    (benchmarks/ce_parts.py, 2026-11-29, fraction of copy at V = 32000 / 128256 / 262144):
+    forward 0.99 / 1.03 / 1.02 (a read only can pass the copy), against 0.96-1.03 for the other
+    tiles tried (2048 to 8192 columns, 4 to 8 warps): the forward keeps 31 registers whatever
+    the tile, so every choice runs 2048 threads per SM. Backward 0.91 / 0.90 / 0.88 (another run:
+    0.88 / 0.90 / 0.89), against 0.83 / 0.85 / 0.86 with 8192 columns and 16 warps (63
+    registers: two programs per SM). Under the interpreter 256, so CPU runs reach the looped and
+    split paths on small shapes. CE_KERNELS_MAX_TILE overrides it (a power of two >= 16)."""
     env = os.environ.get("CE_KERNELS_MAX_TILE")
     if env:
         return int(env)
     if L.interpreting():
         return 256
-    return {2: 8192, 4: 4096, 8: 2048}[dtype.itemsize]
+    return {2: 4096, 4: 4096, 8: 2048}[dtype.itemsize]
 
 
 def _programs_wanted(device) -> int:
@@ -286,7 +349,9 @@ class CEConfig:
         tiles = triton.cdiv(V, self.block)
         want = _programs_wanted(torch.device(device))
         chunks = 1
-        if self.block_r == 1 and n_rows < want:
+        if self.block_r == 1 and os.environ.get("CE_KERNELS_SPLIT") == "tiles":  # a tuning knob: one tile per program
+            chunks = tiles
+        elif self.block_r == 1 and n_rows < want:
             chunks = min(tiles, triton.cdiv(want, max(n_rows, 1)))
         per = triton.cdiv(tiles, chunks)
         self.chunk_cols = per * self.block
@@ -296,12 +361,6 @@ class CEConfig:
 
     def grid(self, n_rows: int):
         return (triton.cdiv(n_rows, self.block_r), self.n_chunks)
-
-
-def boundaries(dtype: torch.dtype = torch.float32) -> list:
-    """Vocabulary sizes where the configuration changes: the tile (looping starts above it)."""
-    t = max_tile(dtype)
-    return [16, t, 2 * t]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -335,17 +394,56 @@ def check_args(logits, target, ignore_index, reduction, label_smoothing, op: str
         raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
 
 
-def check_targets(target: torch.Tensor, V: int, ignore_index: int, op: str) -> None:
-    """Every target is ignore_index or in [0, V): one read of the targets and one sync."""
-    if target.numel() == 0:
-        return
-    bad = (target != ignore_index) & ((target < 0) | (target >= V))
-    if bool(bad.any()):
+class _TargetCheck:
+    """A range check of the targets in flight: the smallest and largest non-ignored target, copied
+    to pinned host memory behind an event. finish() waits for that event only (not for kernels
+    launched after it) and raises for an out-of-range target."""
+
+    def __init__(self, target: torch.Tensor, V: int, ignore_index: int, op: str):
+        self.target, self.V, self.ignore_index, self.op = target, V, ignore_index, op
+        self.bounds = None
+        if target.numel() == 0:
+            return
+        w = target.masked_fill(target == ignore_index, 0)
+        lohi = torch.stack(torch.aminmax(w))
+        if target.device.type == "cuda":
+            self.bounds = torch.empty(2, dtype=lohi.dtype, pin_memory=True)
+            self.bounds.copy_(lohi, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.bounds, self.event = lohi, None
+
+    def finish(self) -> None:
+        if self.bounds is None:
+            return
+        if self.event is not None:
+            self.event.synchronize()
+        lo, hi = (int(v) for v in self.bounds)
+        if lo >= 0 and hi < self.V:
+            return
+        t, V, ig = self.target, self.V, self.ignore_index
+        bad = (t != ig) & ((t < 0) | (t >= V))
         i = int(bad.reshape(-1).nonzero()[0, 0])
-        v = int(target.reshape(-1)[i])
-        idx = tuple(int(k) for k in torch.unravel_index(torch.tensor(i), target.shape)) if target.ndim else ()
-        raise ValueError(f"{op}: target{list(idx)} = {v} is out of range: targets must be in [0, {V}) "
-                         f"or equal ignore_index={ignore_index}")
+        v = int(t.reshape(-1)[i])
+        idx = tuple(int(k) for k in torch.unravel_index(torch.tensor(i), t.shape)) if t.ndim else ()
+        raise ValueError(f"{self.op}: target{list(idx)} = {v} is out of range: targets must be in [0, {V}) "
+                         f"or equal ignore_index={ig}")
+
+
+def start_target_check(target: torch.Tensor, V: int, ignore_index: int, op: str) -> _TargetCheck:
+    """Every target is ignore_index or in [0, V): launched now (a few tiny kernels and an
+    asynchronous copy of two integers), verified by .finish(). The forward launches its kernels
+    in between: they never gather by an unchecked index (the gather is masked), and the host waits
+    only for the check itself, so the GPU does not drain at this sync (on the H200 the
+    synchronous check left the GPU idle for the whole host path from the sync to the forward
+    kernel's launch)."""
+    return _TargetCheck(target, V, ignore_index, op)
+
+
+def check_targets(target: torch.Tensor, V: int, ignore_index: int, op: str) -> None:
+    """Every target is ignore_index or in [0, V), checked before returning."""
+    start_target_check(target, V, ignore_index, op).finish()
 
 
 def check_dloss(dloss, target, logits, reduction, op: str) -> None:
@@ -370,6 +468,13 @@ def _rows(logits: torch.Tensor, target: torch.Tensor):
     if V > 1 and x.stride(1) != 1:
         x = x.contiguous()
     return x, target.reshape(-1)
+
+
+def _vec(V: int, *rows) -> int:
+    """The kernels' VEC: 0, 1 (rows 16-byte aligned) or 2 (and V a multiple of 16)."""
+    if not L.vec_ok(0, *rows):
+        return 0
+    return 2 if V % 16 == 0 else 1
 
 
 def _compute_dtype(dtype):
@@ -408,7 +513,8 @@ def forward_rows(logits, target, ignore_index: int, label_smoothing: float):
     _ce_fwd_kernel[cfg.grid(N)](
         x, t, loss, lse, pm, ps, px, EPS,
         N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v,
-        F64=f64, SMOOTH=smooth, SPLIT=split, VEC=L.vec_ok(0, (x, x.stride(0), 0)), BLOCK_R=cfg.block_r, BLOCK=cfg.block, num_warps=cfg.num_warps)
+        F64=f64, SMOOTH=smooth, SPLIT=split, VEC=_vec(V, (x, x.stride(0), 0)), BLOCK_R=cfg.block_r, BLOCK=cfg.block,
+        GS=16 // x.element_size(), num_warps=cfg.num_warps)
     if split:
         nc = max(2, triton.next_power_of_2(cfg.n_chunks))
         br = max(1, min(64, 1024 // nc))
@@ -452,7 +558,7 @@ def backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str,
     _ce_bwd_kernel[cfg.grid(N)](
         x, t, lse, sc, dx, EPS,
         N, V, x.stride(0), t.stride(0), ss, dx.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v,
-        F64=logits.dtype == torch.float64, SMOOTH=smooth, VEC=L.vec_ok(0, (x, x.stride(0), 0), (dx, dx.stride(0), 0)),
+        F64=logits.dtype == torch.float64, SMOOTH=smooth, VEC=_vec(V, (x, x.stride(0), 0), (dx, dx.stride(0), 0)),
         BLOCK_R=cfg.block_r, BLOCK=cfg.block,
         num_warps=cfg.num_warps)
     return dx.reshape(logits.shape)
@@ -464,9 +570,11 @@ def backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str,
 def forward(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """(loss, lse): the validated forward; lse is per row, float32 (float64 for float64 logits)."""
     check_args(logits, target, ignore_index, reduction, label_smoothing, "cross_entropy")
-    check_targets(target, logits.shape[-1], ignore_index, "cross_entropy")
+    check = start_target_check(target, logits.shape[-1], ignore_index, "cross_entropy")
     loss_rows, lse = forward_rows(logits, target, ignore_index, float(label_smoothing))
-    return reduce_loss(loss_rows, target, ignore_index, reduction, logits.dtype), lse
+    loss = reduce_loss(loss_rows, target, ignore_index, reduction, logits.dtype)
+    check.finish()
+    return loss, lse
 
 
 def backward(logits, target, dloss, lse=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
