@@ -187,8 +187,7 @@ def max_block(dtype: torch.dtype, backward: bool = False) -> int:
 
 
 def tile_elems(dtype: torch.dtype) -> int:
-    """Elements per program of a tile of short rows (the merge kernels' tiles; row_config refines
-    it for the softmax kernels)."""
+    """Elements per program of a tile of short rows (row_config refines it)."""
     return {1: 8192, 2: 8192, 4: 4096, 8: 2048}[dtype.itemsize]
 
 
