@@ -1,0 +1,117 @@
+"""Where a cross-entropy training step spends its time, on the GPU: each part timed alone and
+compared with the bytes it must move, for the three bfloat16 shapes of benchmarks/cases_ce.py.
+
+    python benchmarks/ce_parts.py [--configs "default;CE_KERNELS_MAX_TILE=4096,CE_KERNELS_NUM_WARPS=8"] [--trace]
+
+Parts: ``targets`` (the host-side range check: a few tiny kernels and one sync), ``fwd`` (the
+forward kernel(s), reads N V s bytes), ``bwd`` (the backward kernel, reads and writes N V s), ``step``
+(forward + backward through autograd, as bench.py times it, 3 N V s model bytes) and, for scale,
+``read`` (torch's x.sum(), a read of N V s). Fractions are of a device-to-device copy measured in
+the same run (bytes moved / time / copy bandwidth); ``gap`` is step minus fwd minus bwd: launch,
+sync and small-kernel overhead the step pays on top of its two kernels. ``--trace`` then profiles
+two steps of the first shape (torch.profiler) and prints each GPU kernel with the idle time before
+it, and the host functions that took the most time.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+import triton
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import kernels  # noqa: E402
+from bench import copy_bw  # noqa: E402
+from cases_ce import SHAPES  # noqa: E402
+from kernels import _cross_entropy as ce  # noqa: E402
+from sweep import _env  # noqa: E402
+
+
+def _ms(fn):
+    return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def trace(N, V):
+    """Two steps under torch.profiler: the GPU timeline (idle gap, duration, kernel) and the top
+    host-side ops by self CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+    x = torch.randn(N, V, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randint(0, V, (N,), device="cuda")
+
+    def step():
+        return torch.autograd.grad(kernels.cross_entropy(x, t), x)[0]
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            step()
+        torch.cuda.synchronize()
+    ev = sorted((e for e in prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
+    if not ev:
+        print("trace: no GPU events recorded")
+        return
+    print(f"GPU timeline of two steps, {N} x {V} bfloat16 (us): idle before, duration, kernel")
+    prev = None
+    busy = 0.0
+    for e in ev:
+        gap = e.time_range.start - prev if prev is not None else 0.0
+        busy += e.time_range.end - e.time_range.start
+        print(f"  {gap:8.1f} {e.time_range.end - e.time_range.start:8.1f}  {e.name[:90]}")
+        prev = e.time_range.end
+    span = ev[-1].time_range.end - ev[0].time_range.start
+    print(f"  busy {busy:.0f} of {span:.0f} us")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--configs", default="default", help="settings separated by ';' (NAME=VALUE,...)")
+    ap.add_argument("--trace", action="store_true", help="also profile two steps of the first shape")
+    args = ap.parse_args()
+    C = copy_bw()
+    print(f"copy: {C:.0f} GB/s")
+    print(f"{'N x V':>16s} {'setting':44s} {'targets us':>10s} {'fwd':>6s} {'bwd':>6s} {'step':>6s} {'read':>6s} {'gap us':>7s}")
+    for N, V in SHAPES:
+        x = torch.randn(N, V, device="cuda", dtype=torch.bfloat16)
+        t = torch.randint(0, V, (N,), device="cuda")
+        xg = x.clone().requires_grad_(True)
+        nb = N * V * x.element_size()
+        dloss = torch.ones((), device="cuda", dtype=x.dtype)
+        read = nb / _ms(lambda: x.sum()) / 1e6 / C
+
+        def step():
+            loss = kernels.cross_entropy(xg, t)
+            return torch.autograd.grad(loss, xg)[0]
+
+        for setting in args.configs.split(";"):
+            env = _env(setting, False)
+            saved = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)
+            try:
+                _, lse = ce.forward_rows(x, t, -100, 0.0)
+                t_tg = _ms(lambda: ce.check_targets(t, V, -100, "cross_entropy"))
+                t_f = _ms(lambda: ce.forward_rows(x, t, -100, 0.0))
+                t_b = _ms(lambda: ce.backward_rows(x, t, dloss, lse, -100, "mean", 0.0))
+                t_s = _ms(step)
+                print(f"{N:>7d} x {V:<6d} {setting:44s} {t_tg * 1e3:10.1f} {nb / t_f / 1e6 / C:6.2f} "
+                      f"{2 * nb / t_b / 1e6 / C:6.2f} {3 * nb / t_s / 1e6 / C:6.2f} {read:6.2f} "
+                      f"{(t_s - t_f - t_b) * 1e3:7.1f}", flush=True)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        del x, xg, t
+        torch.cuda.empty_cache()
+    if args.trace:
+        trace(*SHAPES[0])
+
+
+if __name__ == "__main__":
+    main()
