@@ -8,7 +8,9 @@ forward kernel(s), reads N V s bytes), ``bwd`` (the backward kernel, reads and w
 (forward + backward through autograd, as bench.py times it, 3 N V s model bytes) and, for scale,
 ``read`` (torch's x.sum(), a read of N V s). Fractions are of a device-to-device copy measured in
 the same run (bytes moved / time / copy bandwidth); ``gap`` is step minus fwd minus bwd: launch,
-sync and small-kernel overhead the step pays on top of its two kernels. ``--trace`` then profiles
+sync and small-kernel overhead the step pays on top of its two kernels; ``host us`` is the wall
+time per step of 64 rows of the same V (GPU work negligible): the host's own cost per step,
+which the GPU hides only while its kernels take longer. ``--trace`` then profiles
 two steps of the first shape (torch.profiler) and prints each GPU kernel with the idle time before
 it, and the host functions that took the most time.
 """
@@ -68,6 +70,21 @@ def trace(N, V):
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
 
 
+def host_us(V, n=50):
+    """Wall time per step (us) of 64 rows of V classes, steps back to back, one sync at the end."""
+    import time
+    x = torch.randn(64, V, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    t = torch.randint(0, V, (64,), device="cuda")
+    for _ in range(5):
+        torch.autograd.grad(kernels.cross_entropy(x, t), x)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        torch.autograd.grad(kernels.cross_entropy(x, t), x)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", default="default", help="settings separated by ';' (NAME=VALUE,...)")
@@ -75,7 +92,7 @@ def main():
     args = ap.parse_args()
     C = copy_bw()
     print(f"copy: {C:.0f} GB/s")
-    print(f"{'N x V':>16s} {'setting':44s} {'targets us':>10s} {'fwd':>6s} {'bwd':>6s} {'step':>6s} {'read':>6s} {'gap us':>7s}")
+    print(f"{'N x V':>16s} {'setting':44s} {'targets us':>10s} {'fwd':>6s} {'bwd':>6s} {'step':>6s} {'read':>6s} {'gap us':>7s} {'host us':>7s}")
     for N, V in SHAPES:
         x = torch.randn(N, V, device="cuda", dtype=torch.bfloat16)
         t = torch.randint(0, V, (N,), device="cuda")
@@ -100,7 +117,7 @@ def main():
                 t_s = _ms(step)
                 print(f"{N:>7d} x {V:<6d} {setting:44s} {t_tg * 1e3:10.1f} {nb / t_f / 1e6 / C:6.2f} "
                       f"{2 * nb / t_b / 1e6 / C:6.2f} {3 * nb / t_s / 1e6 / C:6.2f} {read:6.2f} "
-                      f"{(t_s - t_f - t_b) * 1e3:7.1f}", flush=True)
+                      f"{(t_s - t_f - t_b) * 1e3:7.1f} {host_us(V):7.1f}", flush=True)
             finally:
                 for k, v in saved.items():
                     if v is None:

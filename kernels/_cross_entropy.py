@@ -28,25 +28,32 @@ Kernels (design for memory bandwidth; model bytes 3 N V s for forward + backward
   registers; a tile-wide max (shuffles and three barriers per tile) had 12.9 and 61 and ran at 0.55-0.72
   of copy (the forward reads 2 bytes per element, so it needs twice the elements per clock of a
   read-and-write kernel: it was issue-bound). Writes lse and the loss per row (float32, float64
-  for float64 logits); the reduction over rows is a tiny torch op on N values.
+  for float64 logits).
   Few rows with many columns (fewer rows than ~4 programs per SM): each row is split into
   ``n_chunks`` column ranges, one program each, whose partial (max, sum, sum x / V) a
   finish kernel merges with the log-sum-exp merge ``S = sum_c s_c exp(m_c - M)``.
 * backward: one read of x and one write of dx, given lse:
   ``dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale`` computed in float32 (float64 for
   float64) and rounded once, so a confident bfloat16 row keeps ``p_t - 1`` (no softmax rounded
-  before the one-hot is subtracted). scale is dloss_i (none), dloss (sum) or dloss / count (mean).
-  Columns are split across programs the same way (no reduction, so any split is exact).
+  before the one-hot is subtracted). scale is dloss_i (none), dloss (sum) or dloss / count (mean),
+  formed in the kernel. Columns are split across programs the same way (no reduction, so any
+  split is exact).
+* small kernels, one program each: ``target_stats`` (min, max and count of the non-ignored
+  targets: the range check, the mean's divisor and the backward's count) and the loss reduction
+  (float64 sum of the N row losses, in an order that depends on N alone). A training step of
+  the autograd op ("mean") launches five kernels and one copy (stats, forward, reduction, the
+  copy of the stats; stats, backward) where it had about twenty small torch launches, each a
+  few microseconds of GPU time but tens of host time (benchmarks/ce_parts.py: "gap", "host us").
 
-Out-of-range targets: the smallest and largest non-ignored target are computed by a few tiny
-kernels launched before the forward kernel and copied to pinned host memory behind an event; the
-forward kernel and the loss reduction are launched, then the host waits for that event (not for
-the forward kernel) and raises a ValueError naming the first bad target. One extra read of N
-target integers (4-8 bytes per row against 2 V bytes of logits) and one wait per call, while
-the GPU already has the forward queued: a synchronous check before the launch drained the GPU,
-which then idled for the whole host path to the launch. An in-kernel flag would have to be read
-back after the forward kernel, a longer wait. The kernels mask the gather, so no index can fault
-even before the check has answered or when it is bypassed (e.g. calling the kernels directly).
+Out-of-range targets: ``target_stats`` is launched before the forward kernel and copied to
+pinned host memory behind an event; the forward kernel and the loss reduction are launched, then
+the host waits for that event (not for the forward kernel) and raises a ValueError naming the
+first bad target. One extra read of N target integers (4-8 bytes per row against 2 V bytes of
+logits) and one wait per call, while the GPU already has the forward queued: a synchronous check
+before the launch drained the GPU, which then idled for the whole host path to the launch. An
+in-kernel flag would have to be read back after the forward kernel, a longer wait. The kernels
+mask the gather, so no index can fault even before the check has answered or when it is
+bypassed (e.g. calling the kernels directly).
 """
 from __future__ import annotations
 
@@ -258,12 +265,15 @@ def _tile_target(t, start, BLOCK: tl.constexpr):
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _ce_bwd_kernel(
-    X, T, LSE, SC, DX, EPS,
+    X, T, LSE, SC, STATS, DX, EPS,
     n_rows, V, sxr, st, ss, sdr, ignore_index, n_chunks, chunk_cols, eps, inv_v,
-    F64: tl.constexpr, SMOOTH: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+    F64: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr, VEC: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale, in the compute type, rounded once;
-    exactly 0 on ignored rows."""
+    exactly 0 on ignored rows. scale: dloss (row i's through stride ss, 0 for a scalar) in the
+    compute type, or for the mean dloss / count formed in float64 and rounded once (count:
+    STATS[2], the non-ignored rows)."""
     eps, inv_v = _ce_params(eps, inv_v, EPS, F64)
     hot = 1.0 - eps
     flat = eps * inv_v
@@ -272,7 +282,11 @@ def _ce_bwd_kernel(
     t = tl.load(T + rows * st, mask=rmask, other=0).to(tl.int64)
     ign = t == ignore_index
     lse = tl.load(LSE + rows, mask=rmask, other=0.0)
-    scale = widen(tl.load(SC + rows * ss, mask=rmask, other=0.0), F64)
+    dl = tl.load(SC + rows * ss, mask=rmask, other=0.0)
+    if MEAN:
+        scale = (widen(dl, True) / tl.load(STATS + 2).to(tl.float64)).to(lse.dtype)
+    else:
+        scale = widen(dl, F64)
     xrow = X + rows * sxr
     drow = DX + rows * sdr
     lo = tl.program_id(1) * chunk_cols
@@ -306,7 +320,44 @@ def _ce_bwd_kernel(
         tl.store(dp, to_out(g, DX.dtype.element_ty), mask=msk)
 
 
-JIT_KERNELS = (_ce_fwd_kernel, _ce_merge_kernel, _ce_bwd_kernel)
+_BIG_INT: tl.constexpr = tl.constexpr(2**62)
+
+
+@triton.jit(do_not_specialize=["n", "st", "ignore_index"], do_not_specialize_on_alignment=["T", "OUT", "n", "st"])
+def _ce_targets_kernel(T, OUT, n, st, ignore_index, BLOCK: tl.constexpr):
+    """One program: OUT = [min, max, count] of the targets that are not ignore_index (min 2**62
+    and max -2**62 when none is), in a fixed order (integers: exact in any order anyway)."""
+    lo = tl.full([BLOCK], _BIG_INT, tl.int64)
+    hi = tl.full([BLOCK], -_BIG_INT, tl.int64)
+    cnt = tl.zeros([BLOCK], tl.int64)
+    for start in range(0, n, BLOCK):
+        i = start + tl.arange(0, BLOCK)
+        t = tl.load(T + i.to(tl.int64) * st, mask=i < n, other=ignore_index).to(tl.int64)
+        live = t != ignore_index
+        lo = tl.minimum(lo, tl.where(live, t, _BIG_INT))
+        hi = tl.maximum(hi, tl.where(live, t, -_BIG_INT))
+        cnt += live.to(tl.int64)
+    tl.store(OUT, tl.min(lo, 0))
+    tl.store(OUT + 1, tl.max(hi, 0))
+    tl.store(OUT + 2, tl.sum(cnt, 0))
+
+
+@triton.jit(do_not_specialize=["n"], do_not_specialize_on_alignment=["LR", "STATS", "OUT", "n"])
+def _ce_reduce_kernel(LR, STATS, OUT, n, MEAN: tl.constexpr, BLOCK: tl.constexpr):
+    """One program: OUT = sum of the n per-row losses in float64 (divided by the count of
+    non-ignored rows for the mean: 0 / 0 = NaN when there is none), rounded to OUT's dtype. The
+    order of the additions depends on n alone."""
+    acc = tl.zeros([BLOCK], tl.float64)
+    for start in range(0, n, BLOCK):
+        i = start + tl.arange(0, BLOCK)
+        acc += tl.load(LR + i, mask=i < n, other=0.0).to(tl.float64)
+    total = tl.sum(acc, 0)
+    if MEAN:
+        total = total / tl.load(STATS + 2).to(tl.float64)
+    tl.store(OUT, to_out(total, OUT.dtype.element_ty))
+
+
+JIT_KERNELS = (_ce_fwd_kernel, _ce_merge_kernel, _ce_bwd_kernel, _ce_targets_kernel, _ce_reduce_kernel)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -394,33 +445,39 @@ def check_args(logits, target, ignore_index, reduction, label_smoothing, op: str
         raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
 
 
-class _TargetCheck:
-    """A range check of the targets in flight: the smallest and largest non-ignored target, copied
-    to pinned host memory behind an event. finish() waits for that event only (not for kernels
-    launched after it) and raises for an out-of-range target."""
+@L.on_tensor_device
+def target_stats(target: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """int64 [min, max, count] of the non-ignored targets, on the targets' device: one launch of
+    one program (the check, the mean's divisor and the backward's scale all read it)."""
+    t = target.reshape(-1)
+    out = torch.empty(3, dtype=torch.int64, device=t.device)
+    L.note_variant("ce_targets", dtype=str(t.dtype))
+    _ce_targets_kernel[(1,)](t, out, t.numel(), t.stride(0) if t.numel() > 1 else 1, ignore_index,
+                             BLOCK=1024, num_warps=4)
+    return out
 
-    def __init__(self, target: torch.Tensor, V: int, ignore_index: int, op: str):
+
+class TargetCheck:
+    """The range check of the targets, in flight: target_stats copied to pinned host memory
+    behind an event. finish() waits for that event only (not for kernels launched after it) and
+    raises a ValueError naming the first out-of-range target."""
+
+    def __init__(self, stats: torch.Tensor, target: torch.Tensor, V: int, ignore_index: int, op: str):
         self.target, self.V, self.ignore_index, self.op = target, V, ignore_index, op
-        self.bounds = None
-        if target.numel() == 0:
-            return
-        w = target.masked_fill(target == ignore_index, 0)
-        lohi = torch.stack(torch.aminmax(w))
-        if target.device.type == "cuda":
-            self.bounds = torch.empty(2, dtype=lohi.dtype, pin_memory=True)
-            self.bounds.copy_(lohi, non_blocking=True)
+        self.event = None
+        if stats.device.type == "cuda":
+            self.host = torch.empty(3, dtype=torch.int64, pin_memory=True)
+            self.host.copy_(stats, non_blocking=True)
             self.event = torch.cuda.Event()
             self.event.record()
         else:
-            self.bounds, self.event = lohi, None
+            self.host = stats
 
     def finish(self) -> None:
-        if self.bounds is None:
-            return
         if self.event is not None:
             self.event.synchronize()
-        lo, hi = (int(v) for v in self.bounds)
-        if lo >= 0 and hi < self.V:
+        lo, hi, count = (int(v) for v in self.host)
+        if count == 0 or (lo >= 0 and hi < self.V):
             return
         t, V, ig = self.target, self.V, self.ignore_index
         bad = (t != ig) & ((t < 0) | (t >= V))
@@ -431,19 +488,9 @@ class _TargetCheck:
                          f"or equal ignore_index={ig}")
 
 
-def start_target_check(target: torch.Tensor, V: int, ignore_index: int, op: str) -> _TargetCheck:
-    """Every target is ignore_index or in [0, V): launched now (a few tiny kernels and an
-    asynchronous copy of two integers), verified by .finish(). The forward launches its kernels
-    in between: they never gather by an unchecked index (the gather is masked), and the host waits
-    only for the check itself, so the GPU does not drain at this sync (on the H200 the
-    synchronous check left the GPU idle for the whole host path from the sync to the forward
-    kernel's launch)."""
-    return _TargetCheck(target, V, ignore_index, op)
-
-
 def check_targets(target: torch.Tensor, V: int, ignore_index: int, op: str) -> None:
     """Every target is ignore_index or in [0, V), checked before returning."""
-    start_target_check(target, V, ignore_index, op).finish()
+    TargetCheck(target_stats(target, ignore_index), target, V, ignore_index, op).finish()
 
 
 def check_dloss(dloss, target, logits, reduction, op: str) -> None:
@@ -526,39 +573,46 @@ def forward_rows(logits, target, ignore_index: int, label_smoothing: float):
     return loss, lse
 
 
-def reduce_loss(loss_rows, target, ignore_index: int, reduction: str, dtype):
+@L.on_tensor_device
+def reduce_loss(loss_rows, target, ignore_index: int, reduction: str, dtype, stats=None):
+    """The loss from the per-row losses: as they are ("none", rounded to dtype), or their float64
+    sum (divided by the count of non-ignored rows for "mean"), one launch of one program.
+    stats: target_stats, computed here when not given."""
     if reduction == "none":
         return loss_rows.to(dtype).reshape(target.shape)
-    total = loss_rows.sum(dtype=torch.float64)  # N values: one small launch
-    if reduction == "mean":
-        total = total / (target != ignore_index).sum()  # 0 / 0 = NaN when every row is ignored
-    return total.to(dtype)
+    if stats is None:
+        stats = target_stats(target, ignore_index)
+    out = torch.empty((), dtype=dtype, device=loss_rows.device)
+    L.note_variant("ce_reduce", dtype=str(loss_rows.dtype), out=str(dtype), MEAN=reduction == "mean")
+    _ce_reduce_kernel[(1,)](loss_rows, stats, out, loss_rows.numel(), MEAN=reduction == "mean", BLOCK=1024, num_warps=4)
+    return out
 
 
 @L.on_tensor_device
-def backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str, label_smoothing: float):
-    """dlogits (logits' dtype and shape, contiguous); no validation."""
+def backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str, label_smoothing: float,
+                  stats=None):
+    """dlogits (logits' dtype and shape, contiguous); no validation. stats (target_stats) is
+    read for the mean's count, computed here when not given."""
     x, t = _rows(logits, target)
     N, V = x.shape
-    ct = _compute_dtype(logits.dtype)
     dx = torch.empty((N, V), dtype=logits.dtype, device=x.device)
     if N == 0:
         return dx.reshape(logits.shape)
-    if reduction == "none":
-        sc = dloss.reshape(-1)  # a view (stride 0 for an expanded dloss) where possible
-    elif reduction == "sum":
-        sc = dloss.to(ct).reshape(1)
-    else:
-        sc = (dloss.to(torch.float64) / (target != ignore_index).sum()).to(ct).reshape(1)
+    mean = reduction == "mean"
+    if mean and stats is None:
+        stats = target_stats(target, ignore_index)
+    sc = dloss.reshape(-1)  # a view (stride 0 for an expanded dloss) where possible
     ss = sc.stride(0) if sc.numel() > 1 else 0
     cfg = CEConfig(N, V, logits.dtype, x.device)
     eps, inv_v, EPS = _params(label_smoothing, V, logits.dtype, x.device, lse)
     smooth = label_smoothing > 0
-    L.note_variant("ce_bwd", dtype=str(logits.dtype), SMOOTH=smooth, BLOCK_R=cfg.block_r, BLOCK=cfg.block)
+    L.note_variant("ce_bwd", dtype=str(logits.dtype), dloss=str(dloss.dtype), SMOOTH=smooth, MEAN=mean,
+                   BLOCK_R=cfg.block_r, BLOCK=cfg.block)
     _ce_bwd_kernel[cfg.grid(N)](
-        x, t, lse, sc, dx, EPS,
+        x, t, lse, sc, stats if mean else lse, dx, EPS,
         N, V, x.stride(0), t.stride(0), ss, dx.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v,
-        F64=logits.dtype == torch.float64, SMOOTH=smooth, VEC=_vec(V, (x, x.stride(0), 0), (dx, dx.stride(0), 0)),
+        F64=logits.dtype == torch.float64, SMOOTH=smooth, MEAN=mean,
+        VEC=_vec(V, (x, x.stride(0), 0), (dx, dx.stride(0), 0)),
         BLOCK_R=cfg.block_r, BLOCK=cfg.block,
         num_warps=cfg.num_warps)
     return dx.reshape(logits.shape)
@@ -570,22 +624,25 @@ def backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str,
 def forward(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """(loss, lse): the validated forward; lse is per row, float32 (float64 for float64 logits)."""
     check_args(logits, target, ignore_index, reduction, label_smoothing, "cross_entropy")
-    check = start_target_check(target, logits.shape[-1], ignore_index, "cross_entropy")
+    stats = target_stats(target, ignore_index)
+    check = TargetCheck(stats, target, logits.shape[-1], ignore_index, "cross_entropy")
     loss_rows, lse = forward_rows(logits, target, ignore_index, float(label_smoothing))
-    loss = reduce_loss(loss_rows, target, ignore_index, reduction, logits.dtype)
+    loss = reduce_loss(loss_rows, target, ignore_index, reduction, logits.dtype, stats)
     check.finish()
     return loss, lse
 
 
 def backward(logits, target, dloss, lse=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """The validated backward. Given lse (the forward's), the targets are taken as the validated
-    forward's and not checked again (no second sync); the kernel never gathers by target, so an
+    forward's and not checked again (no wait); the kernel never gathers by target, so an
     out-of-range index cannot fault there, it only matches no column."""
     name = "cross_entropy_backward"
     check_args(logits, target, ignore_index, reduction, label_smoothing, name)
     check_dloss(dloss, target, logits, reduction, name)
+    stats = None
     if lse is None:
-        check_targets(target, logits.shape[-1], ignore_index, name)
+        stats = target_stats(target, ignore_index)
+        TargetCheck(stats, target, logits.shape[-1], ignore_index, name).finish()
         _, lse = forward_rows(logits, target, ignore_index, float(label_smoothing))
     else:
         want = (target.numel(),)
@@ -593,4 +650,4 @@ def backward(logits, target, dloss, lse=None, ignore_index=-100, reduction="mean
             raise ValueError(f"{name}: lse must be the forward's per-row logsumexp, shape {want}, "
                              f"dtype {_compute_dtype(logits.dtype)}")
         lse = lse.contiguous()
-    return backward_rows(logits, target, dloss, lse, ignore_index, reduction, float(label_smoothing))
+    return backward_rows(logits, target, dloss, lse, ignore_index, reduction, float(label_smoothing), stats)

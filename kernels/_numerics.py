@@ -148,9 +148,13 @@ def to_f32(x):
 
 @triton.jit
 def widen(x, F64: tl.constexpr):
-    """x in the compute type: float64 for float64 kernels, else float32 (to_f32)."""
+    """x in the compute type: float64 for float64 kernels, else float32 (to_f32; a bfloat16 x
+    reaches float64 through it too)."""
     if F64:
-        return x.to(tl.float64)
+        if x.dtype == tl.bfloat16:
+            return to_f32(x).to(tl.float64)
+        else:
+            return x.to(tl.float64)
     else:
         return to_f32(x)
 
