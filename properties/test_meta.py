@@ -430,6 +430,25 @@ def test_ce_bound_of_rows_at_the_float64_limit(eps):
     ce_matches_oracle(case, tg)
 
 
+def test_lsm_bwd_bound_when_the_sum_of_abs_dz_overflows():
+    """float64 z = 0 and dz ~ N(0, 2.2e307) over 255 columns: sum |dz| overflows, and the FP64
+    oracle's own sum is 13 ulps off the exact dx (the kernel's exact sum is right). The bound's
+    oracle term depth * u * sum |dz| read NaN (inf times 0), which left a half-ulp tolerance
+    (found on the H200); it is now formed in units of 2**64."""
+    from fractions import Fraction
+    from .invariants import truth
+    from . import tolerances as T
+    z = S.Logits(1, 255, "float64", ("const", 0.0), (), "moderate").values()
+    dz = S.Logits(1, 255, "float64", ("normal", 0, 2.2471164185778946e+307), (), "huge").values()
+    total = sum(Fraction(float(v)) for v in dz[0])
+    exact = torch.tensor([[float(Fraction(float(v)) - total) for v in dz[0]]], dtype=torch.float64)
+    ref, tol = truth("log_softmax_backward", torch.float64, [z, dz])
+    assert bool(torch.isfinite(tol).all())
+    assert bool(((ref - exact).abs() <= tol).all()), "the bound must cover the oracle's own error"
+    out = kernels.log_softmax_backward(z.to(DEV), dz.to(DEV)).cpu()
+    assert not bool(T.compare(out, ref, tol, torch.float64).any())
+
+
 _SPECIAL_X = [-math.inf, -300.0, -150.0, -100.0, -70.0, -1.0, 0.0, 1.0, 88.0, math.inf, math.nan]
 _SPECIAL_G = [math.inf, -math.inf, math.nan, 0.0, 1.0, -1.0, 3.0e38, -3.0e38, 1e-40, 6e4]
 

@@ -190,7 +190,7 @@ PAIR_LIMITS = S.Limits(max_rows=4, max_cols=64, long_cols=2100, max_elems=2100)
 PAIR_LIMITS_FOR = {"first_block_only": "ci"}  # its bug needs rows longer than 1024 columns
 
 
-def test_zoo_covers_every_invariant():
+def test_zoo_covers_every_invariant(target):
     """Every module in properties/mutants/ is in MUTANTS and declares CAUGHT_BY: registered
     invariants that the suite runs on the module's op; and together they name every invariant in
     the registry, so each invariant has a mutant that it alone catches (checked pair by pair in
@@ -204,6 +204,7 @@ def test_zoo_covers_every_invariant():
         declared = caught_by(name)
         assert declared, f"properties/mutants/{name}.py declares no CAUGHT_BY"
         mutant = Target(f"properties.mutants.{name}")
+        mutant.device = target.device  # the autograd probe runs there (on a GPU, not on the CPU)
         for inv in declared:
             assert inv in names, f"{name}.CAUGHT_BY names {inv!r}, which is not a registered invariant"
             assert op in names[inv].ops, f"{name}.CAUGHT_BY: {inv} does not apply to {op}"
