@@ -41,9 +41,10 @@ Kernels (design for memory bandwidth; model bytes 3 N V s for forward + backward
 * small kernels, one program each: ``target_stats`` (min, max and count of the non-ignored
   targets: the range check, the mean's divisor and the backward's count) and the loss reduction
   (float64 sum of the N row losses, in an order that depends on N alone). A training step of
-  the autograd op ("mean") launches five kernels and one copy (stats, forward, reduction, the
-  copy of the stats; stats, backward) where it had about twenty small torch launches, each a
-  few microseconds of GPU time but tens of host time (benchmarks/ce_parts.py: "gap", "host us").
+  the autograd op ("mean") launches four kernels and one copy (stats, forward, reduction, the
+  copy of the stats; backward, reusing the forward's stats) where it had about twenty small
+  torch launches, each a few microseconds of GPU time but tens of host time
+  (benchmarks/ce_parts.py: "gap", "host us").
 
 Out-of-range targets: ``target_stats`` is launched before the forward kernel and copied to
 pinned host memory behind an event; the forward kernel and the loss reduction are launched, then
@@ -623,23 +624,30 @@ def backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str,
 # ----------------------------------------------------------------------------------------------
 def forward(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
     """(loss, lse): the validated forward; lse is per row, float32 (float64 for float64 logits)."""
+    return forward_stats(logits, target, ignore_index, reduction, label_smoothing)[:2]
+
+
+def forward_stats(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    """(loss, lse, stats): forward, and the target_stats it computed (a backward given them skips
+    that launch)."""
     check_args(logits, target, ignore_index, reduction, label_smoothing, "cross_entropy")
     stats = target_stats(target, ignore_index)
     check = TargetCheck(stats, target, logits.shape[-1], ignore_index, "cross_entropy")
     loss_rows, lse = forward_rows(logits, target, ignore_index, float(label_smoothing))
     loss = reduce_loss(loss_rows, target, ignore_index, reduction, logits.dtype, stats)
     check.finish()
-    return loss, lse
+    return loss, lse, stats
 
 
-def backward(logits, target, dloss, lse=None, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+def backward(logits, target, dloss, lse=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+             stats=None):
     """The validated backward. Given lse (the forward's), the targets are taken as the validated
     forward's and not checked again (no wait); the kernel never gathers by target, so an
-    out-of-range index cannot fault there, it only matches no column."""
+    out-of-range index cannot fault there, it only matches no column. stats: the forward's
+    target_stats (forward_stats), given together with its lse."""
     name = "cross_entropy_backward"
     check_args(logits, target, ignore_index, reduction, label_smoothing, name)
     check_dloss(dloss, target, logits, reduction, name)
-    stats = None
     if lse is None:
         stats = target_stats(target, ignore_index)
         TargetCheck(stats, target, logits.shape[-1], ignore_index, name).finish()

@@ -135,13 +135,13 @@ class CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
-        loss, lse = _ce.forward(logits, target, ignore_index, reduction, label_smoothing)
-        ctx.save_for_backward(logits, target, lse)
+        loss, lse, stats = _ce.forward_stats(logits, target, ignore_index, reduction, label_smoothing)
+        ctx.save_for_backward(logits, target, lse, stats)
         ctx.opts = (ignore_index, reduction, label_smoothing)
         return loss
 
     @staticmethod
     def backward(ctx, dloss):
-        logits, target, lse = ctx.saved_tensors
-        g = _ce.backward(logits.detach(), target, dloss.detach(), lse, *ctx.opts)
+        logits, target, lse, stats = ctx.saved_tensors
+        g = _ce.backward(logits.detach(), target, dloss.detach(), lse, *ctx.opts, stats=stats)
         return g, None, None, None, None
