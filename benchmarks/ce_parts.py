@@ -30,7 +30,7 @@ import kernels  # noqa: E402
 from bench import copy_bw  # noqa: E402
 from cases_ce import SHAPES  # noqa: E402
 from kernels import _cross_entropy as ce  # noqa: E402
-from sweep import _env  # noqa: E402
+from sweep import applied  # noqa: E402
 
 
 def _ms(fn):
@@ -106,10 +106,7 @@ def main():
             return torch.autograd.grad(loss, xg)[0]
 
         for setting in args.configs.split(";"):
-            env = _env(setting, False)
-            saved = {k: os.environ.get(k) for k in env}
-            os.environ.update(env)
-            try:
+            with applied(setting):
                 _, lse = ce.forward_rows(x, t, -100, 0.0)
                 t_tg = _ms(lambda: ce.check_targets(t, V, -100, "cross_entropy"))
                 t_f = _ms(lambda: ce.forward_rows(x, t, -100, 0.0))
@@ -118,12 +115,6 @@ def main():
                 print(f"{N:>7d} x {V:<6d} {setting:44s} {t_tg * 1e3:10.1f} {nb / t_f / 1e6 / C:6.2f} "
                       f"{2 * nb / t_b / 1e6 / C:6.2f} {3 * nb / t_s / 1e6 / C:6.2f} {read:6.2f} "
                       f"{(t_s - t_f - t_b) * 1e3:7.1f} {host_us(V):7.1f}", flush=True)
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
         del x, xg, t
         torch.cuda.empty_cache()
     if args.trace:

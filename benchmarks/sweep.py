@@ -16,6 +16,7 @@ MERGE_KERNELS_{TILE,PER_WARP} (kernels/_merge.py), CE_KERNELS_{MAX_TILE,NUM_WARP
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -38,6 +39,22 @@ def _env(setting: str, backward: bool) -> dict:
     return dict(kv.split("=", 1) for kv in setting.split(","))
 
 
+@contextlib.contextmanager
+def applied(setting: str, backward: bool = False):
+    """The environment of a setting (see _env) while the block runs, restored afterwards."""
+    env = _env(setting, backward)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="softmax", help="case modules, comma-separated (softmax, merge, ce)")
@@ -56,21 +73,13 @@ def main():
                 continue
             res = []
             for setting in settings:
-                env = _env(setting, case["pass_"] == "bwd")
-                saved = {k: os.environ.get(k) for k in env}
-                os.environ.update(env)
                 try:
-                    ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+                    with applied(setting, case["pass_"] == "bwd"):
+                        ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
                     frac = case["nbytes"] / ms / 1e6 / C
                 except Exception as e:  # noqa: BLE001 - report and go on
                     print(f"{case['op']} {case['dtype']} D={case['D']} {setting}: {type(e).__name__}: {str(e)[:200]}")
                     frac = float("nan")
-                finally:
-                    for k, v in saved.items():
-                        if v is None:
-                            os.environ.pop(k, None)
-                        else:
-                            os.environ[k] = v
                 res.append((setting, frac))
             best = max(res, key=lambda r: r[1] if r[1] == r[1] else -1)
             line = "  ".join(f"{s}:{f:.2f}{'*' if (s, f) == best else ''}" for s, f in res)
