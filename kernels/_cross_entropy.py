@@ -333,8 +333,8 @@ def _ce_targets_kernel(T, OUT, n, st, ignore_index, BLOCK: tl.constexpr):
     cnt = tl.zeros([BLOCK], tl.int64)
     for start in range(0, n, BLOCK):
         i = start + tl.arange(0, BLOCK)
-        t = tl.load(T + i.to(tl.int64) * st, mask=i < n, other=ignore_index).to(tl.int64)
-        live = t != ignore_index
+        t = tl.load(T + i.to(tl.int64) * st, mask=i < n, other=0).to(tl.int64)
+        live = (i < n) & (t != ignore_index)
         lo = tl.minimum(lo, tl.where(live, t, _BIG_INT))
         hi = tl.maximum(hi, tl.where(live, t, -_BIG_INT))
         cnt += live.to(tl.int64)
@@ -401,9 +401,7 @@ class CEConfig:
         tiles = triton.cdiv(V, self.block)
         want = _programs_wanted(torch.device(device))
         chunks = 1
-        if self.block_r == 1 and os.environ.get("CE_KERNELS_SPLIT") == "tiles":  # a tuning knob: one tile per program
-            chunks = tiles
-        elif self.block_r == 1 and n_rows < want:
+        if self.block_r == 1 and n_rows < want:
             chunks = min(tiles, triton.cdiv(want, max(n_rows, 1)))
         per = triton.cdiv(tiles, chunks)
         self.chunk_cols = per * self.block
@@ -438,6 +436,8 @@ def check_args(logits, target, ignore_index, reduction, label_smoothing, op: str
         raise ValueError(f"{op}: logits and target must be on the same device, got {logits.device} and {target.device}")
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError(f"{op}: ignore_index must be an int, got {type(ignore_index).__name__}")
+    if not -2**63 <= ignore_index < 2**63:
+        raise ValueError(f"{op}: ignore_index must fit in int64, got {ignore_index}")
     if reduction not in REDUCTIONS:
         raise ValueError(f"{op}: reduction must be one of 'none', 'mean', 'sum', got {reduction!r}")
     if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)):
@@ -467,10 +467,11 @@ class TargetCheck:
         self.target, self.V, self.ignore_index, self.op = target, V, ignore_index, op
         self.event = None
         if stats.device.type == "cuda":
-            self.host = torch.empty(3, dtype=torch.int64, pin_memory=True)
-            self.host.copy_(stats, non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record()
+            with torch.cuda.device(stats.device):  # copy and event on the stats' device and stream
+                self.host = torch.empty(3, dtype=torch.int64, pin_memory=True)
+                self.host.copy_(stats, non_blocking=True)
+                self.event = torch.cuda.Event()
+                self.event.record()
         else:
             self.host = stats
 

@@ -305,6 +305,11 @@ def test_ce_rejects_bad_input():
             ce(x, t, label_smoothing=bad)
     with pytest.raises(TypeError, match=r"ignore_index must be an int"):
         ce(x, t, ignore_index=1.0)
+    with pytest.raises(ValueError, match=r"ignore_index must fit in int64, got 9223372036854775808"):
+        ce(x, t, ignore_index=2**63)
+    # an ignore_index beyond int32 with int32 targets matches no row: every target counts
+    t32 = torch.tensor([2, 0], dtype=torch.int32, device=DEV)
+    assert torch.equal(ce(x, t32, ignore_index=2**40), ce(x, t32))
     with pytest.raises(ValueError, match=r"at least one class"):
         ce(torch.ones(2, 0, device=DEV), t)
     for bad_t in ([0, 3], [-1, 0], [0, -101]):
