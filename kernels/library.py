@@ -129,7 +129,7 @@ cross_entropy_op.register_autograd(_ce_bwd, setup_context=_ce_setup)
 class CrossEntropyFunction(torch.autograd.Function):
     """The eager twin of cross_entropy_op: the same validated forward and backward
     (kernels/_cross_entropy.py) and the same saved tensors, without the torch.library dispatch,
-    which cost ~80 us of host time per forward + backward on the CPU of this project's machines
+    which cost ~80 us of host time per forward + backward on the development machine
     (a toy op: 124 us against 46 us with an autograd.Function). kernels.cross_entropy uses it
     outside torch.compile; under torch.compile it calls cross_entropy_op, which traces."""
 
