@@ -64,9 +64,11 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
             print("softmax_merge FAIL", dt, BR, BD, str(e)[-1500:]); raise SystemExit(1)
 
 # cross-entropy: forward (whole-row and split), merge and backward, 16-bit / fp32 / fp64, with and
-# without label smoothing, at the GPU tile sizes (8192 / 4096 / 2048 columns) and a small-V 2-D tile
+# without label smoothing, at the GPU tile sizes (4096 / 4096 / 2048 columns) and a small-V 2-D tile;
+# the target statistics and the loss reduction
 from kernels import _cross_entropy as CE
-for dt, blk, F64 in (("bf16", 8192, False), ("fp16", 8192, False), ("fp32", 4096, False), ("fp64", 2048, True)):
+_ISZ = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
+for dt, blk, F64 in (("bf16", 4096, False), ("fp16", 4096, False), ("fp32", 4096, False), ("fp64", 2048, True)):
     ct = "fp64" if F64 else "fp32"
     for tdt in ("i64", "i32"):
         for smooth in (False, True):
@@ -75,10 +77,12 @@ for dt, blk, F64 in (("bf16", 8192, False), ("fp16", 8192, False), ("fp32", 4096
                     s = {"X": f"*{dt}", "T": f"*{tdt}", "LOSS": f"*{ct}", "LSE": f"*{ct}", "PM": f"*{ct}", "PS": f"*{ct}",
                          "PX": f"*{ct}", "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
                          "ignore_index": "i64", "n_chunks": "i32", "chunk_cols": "i32", "eps": "fp32", "inv_v": "fp32",
-                         "F64": "constexpr", "SMOOTH": "constexpr", "SPLIT": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
-                    c = {"F64": F64, "SMOOTH": smooth, "SPLIT": split, "VEC": br == 1, "BLOCK_R": br, "BLOCK": bd}
+                         "F64": "constexpr", "SMOOTH": "constexpr", "SPLIT": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr",
+                         "BLOCK": "constexpr", "GS": "constexpr"}
+                    c = {"F64": F64, "SMOOTH": smooth, "SPLIT": split, "VEC": 2 if br == 1 else 0, "BLOCK_R": br, "BLOCK": bd,
+                         "GS": 16 // _ISZ[dt]}
                     try:
-                        triton.compile(ASTSource(CE._ce_fwd_kernel, s, c), target=tgt, options={"num_warps": 16 if br * bd >= 8192 else 8})
+                        triton.compile(ASTSource(CE._ce_fwd_kernel, s, c), target=tgt, options={"num_warps": 8})
                         print("ce fwd ok", dt, tdt, smooth, split, br, bd)
                     except Exception as e:
                         print("ce fwd FAIL", dt, tdt, smooth, split, br, bd, str(e)[-1500:]); raise SystemExit(1)
@@ -92,18 +96,37 @@ for dt, blk, F64 in (("bf16", 8192, False), ("fp16", 8192, False), ("fp32", 4096
                 print("ce merge ok", dt, tdt, smooth)
             except Exception as e:
                 print("ce merge FAIL", dt, tdt, smooth, str(e)[-1500:]); raise SystemExit(1)
-            for sdt in ("fp32", "bf16"):
+            for sdt, mean in (("fp32", False), ("bf16", True), (dt, True)):
                 for br, bd in ((1, blk), (64, 128)):
-                    s = {"X": f"*{dt}", "T": f"*{tdt}", "LSE": f"*{ct}", "SC": f"*{sdt if not F64 else 'fp64'}", "DX": f"*{dt}",
+                    s = {"X": f"*{dt}", "T": f"*{tdt}", "LSE": f"*{ct}", "SC": f"*{sdt}",
+                         "STATS": "*i64" if mean else f"*{ct}", "DX": f"*{dt}",
                          "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64", "ss": "i64", "sdr": "i64",
                          "ignore_index": "i64", "n_chunks": "i32", "chunk_cols": "i32", "eps": "fp32", "inv_v": "fp32",
-                         "F64": "constexpr", "SMOOTH": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
-                    c = {"F64": F64, "SMOOTH": smooth, "VEC": br == 1, "BLOCK_R": br, "BLOCK": bd}
+                         "F64": "constexpr", "SMOOTH": "constexpr", "MEAN": "constexpr", "VEC": "constexpr",
+                         "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
+                    c = {"F64": F64, "SMOOTH": smooth, "MEAN": mean, "VEC": 2 if br == 1 else 1, "BLOCK_R": br, "BLOCK": bd}
                     try:
-                        triton.compile(ASTSource(CE._ce_bwd_kernel, s, c), target=tgt, options={"num_warps": 16 if br * bd >= 8192 else 8})
-                        print("ce bwd ok", dt, tdt, smooth, sdt, br, bd)
+                        triton.compile(ASTSource(CE._ce_bwd_kernel, s, c), target=tgt, options={"num_warps": 8})
+                        print("ce bwd ok", dt, tdt, smooth, sdt, mean, br, bd)
                     except Exception as e:
-                        print("ce bwd FAIL", dt, tdt, smooth, sdt, br, bd, str(e)[-1500:]); raise SystemExit(1)
+                        print("ce bwd FAIL", dt, tdt, smooth, sdt, mean, br, bd, str(e)[-1500:]); raise SystemExit(1)
+for tdt in ("i32", "i64"):
+    try:
+        triton.compile(ASTSource(CE._ce_targets_kernel, {"T": f"*{tdt}", "OUT": "*i64", "n": "i32", "st": "i32",
+                                                         "ignore_index": "i64", "BLOCK": "constexpr"}, {"BLOCK": 1024}),
+                       target=tgt, options={"num_warps": 4})
+        print("ce targets ok", tdt)
+    except Exception as e:
+        print("ce targets FAIL", tdt, str(e)[-1500:]); raise SystemExit(1)
+for lr, out in (("fp32", "bf16"), ("fp32", "fp16"), ("fp32", "fp32"), ("fp64", "fp64")):
+    for mean in (False, True):
+        try:
+            triton.compile(ASTSource(CE._ce_reduce_kernel, {"LR": f"*{lr}", "STATS": "*i64", "OUT": f"*{out}", "n": "i32",
+                                                            "MEAN": "constexpr", "BLOCK": "constexpr"}, {"MEAN": mean, "BLOCK": 1024}),
+                           target=tgt, options={"num_warps": 4})
+            print("ce reduce ok", lr, out, mean)
+        except Exception as e:
+            print("ce reduce FAIL", lr, out, mean, str(e)[-1500:]); raise SystemExit(1)
 
 # the looped long-row kernels (16/32-bit only)
 for dt in ("bf16", "fp16", "fp32"):
