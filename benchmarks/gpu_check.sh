@@ -19,6 +19,13 @@ status=$?
 echo "suite wall time: $(( $(date +%s) - start )) s, exit status $status," \
      "Triton compilations in the run: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" | tee -a "$OUT/suite.log"
 find "$TRITON_CACHE_DIR" -name '*.cubin' -printf '%f\n' | sed 's/\.cubin$//' | sort | uniq -c | sort -rn | tee -a "$OUT/suite.log"
+# before anything is timed (here or by a later command), wait up to 60 s until no process holds the
+# GPU: after a suite cut by SIGINT, pytest-xdist workers may still be running (a benchmark started
+# right after such a run read 0.62 where a clean run had read 0.79; the cause is not proven)
+for _ in $(seq 60); do
+  [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && break
+  sleep 1
+done
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
   mkdir -p "$OUT/bench"  # bench.json and the PNGs, packed into one file (the device tool returns 8 files)
   timeout -s INT ${BENCH_TIMEOUT:-1800} python3 benchmarks/bench.py ${BENCH_ARGS:-} --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -n 80
