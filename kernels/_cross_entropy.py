@@ -65,7 +65,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import exp_ftz, to_out, widen
+from ._numerics import exp_ct, to_out, widen
 
 REDUCTIONS = ("none", "mean", "sum")
 _INT_DTYPES = (torch.int32, torch.int64)
@@ -134,16 +134,6 @@ _NO_ALIGN = _NO_SPEC + ["X", "T", "LOSS", "LSE", "PM", "PS", "PX", "EPS", "SC", 
 
 
 @triton.jit
-def _exp(x, F64: tl.constexpr):
-    """exp in the compute type: float64's tl.exp, or float32's exp_ftz (subnormal results flushed,
-    which the tolerance table allows)."""
-    if F64:
-        return tl.exp(x)
-    else:
-        return exp_ftz(x)
-
-
-@triton.jit
 def _fwd_tile(x, xs, m, s, sx, inv_v, SMOOTH: tl.constexpr, F64: tl.constexpr):
     """One tile [rows, groups, GS] of the online (max, sum of exp) pass. Every group of GS
     consecutive columns (one thread's 16-byte vector) keeps its own max m and s = sum of
@@ -154,7 +144,7 @@ def _fwd_tile(x, xs, m, s, sx, inv_v, SMOOTH: tl.constexpr, F64: tl.constexpr):
     never -inf - -inf. A NaN logit need not reach the max (tl.max may drop it): exp(NaN - m) makes
     its group's s NaN for good, so the row's S is NaN."""
     m_new = tl.maximum(m, tl.max(x, 2))
-    s = s * _exp(m - m_new, F64) + tl.sum(_exp(x - m_new[:, :, None], F64), 2)
+    s = s * exp_ct(m - m_new, F64) + tl.sum(exp_ct(x - m_new[:, :, None], F64), 2)
     if SMOOTH:
         sx += tl.sum(xs * inv_v, 2)
     return m_new, s, sx
@@ -209,7 +199,7 @@ def _ce_fwd_kernel(
     # S >= 1 unless every logit is -inf (the group holding M adds s >= 1): then M becomes -inf,
     # as for a row max.
     M = tl.max(m, 1)
-    S = tl.sum(s * _exp(m - M[:, None], F64), 1)
+    S = tl.sum(s * exp_ct(m - M[:, None], F64), 1)
     m = tl.where(S == 0.0, float("-inf"), M)
     SXV = tl.sum(tl.where(rmask[:, None], sx, 0.0), 1)
     if SPLIT:
@@ -249,7 +239,7 @@ def _ce_merge_kernel(
 def _bwd_tile(x, lse, tt, ign, scale, cols0, hot, flat, SMOOTH: tl.constexpr, F64: tl.constexpr):
     """One tile's gradient; tt is the target's column within the tile (int32, -1 when the target
     is elsewhere), so the one-hot test is a 32-bit compare against the tile's own column index."""
-    p = _exp(x - lse[:, None], F64)
+    p = exp_ct(x - lse[:, None], F64)
     is_t = cols0[None, :] == tt[:, None]
     if SMOOTH:
         g = (p - flat) - tl.where(is_t, hot, 0.0)

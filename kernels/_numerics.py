@@ -28,7 +28,8 @@ All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
   ``n * 2**-38 * max|t|``.
   Both cost a few float adds per element where the fixed-point limbs cost three 64-bit
   conversions, which made the 16-bit kernels compute-bound.
-* ``exp_ftz(x)``: float32 exp without the subnormal fix-up (FTZ).
+* ``exp_ftz(x)``: float32 exp without the subnormal fix-up (FTZ); ``exp_ct(x, F64)``: exp in the
+  compute type (tl.exp for float64, exp_ftz for float32).
 * ``to_f32(x)``: exact widening to float32 (the interpreter's bfloat16 subnormals are wrong);
   ``widen(x, F64)``: to the compute type, float64 or float32. Every kernel widens its inputs
   through these.
@@ -72,6 +73,15 @@ def exp_ftz(x):
     else:
         return tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=r,r", [x * _LOG2E],
                                          dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def exp_ct(x, F64: tl.constexpr):
+    """exp in the compute type: float64's tl.exp, or float32's exp_ftz."""
+    if F64:
+        return tl.exp(x)
+    else:
+        return exp_ftz(x)
 
 
 @triton.jit

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import _pow2, ebits32, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, sum_exact32, sum_exp, sum_parts, sum_scaled, sum_unit, to_f32, to_out, widen
+from ._numerics import _pow2, ebits32, exp_ct, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, sum_exact32, sum_exp, sum_parts, sum_scaled, sum_unit, to_f32, to_out, widen
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 WHOLE, PARTIAL, FINISH = 0, 1, 2
@@ -139,7 +139,7 @@ def _fwd_kernel(
         fin = tl.abs(m) < float("inf")
         ms = tl.where(fin, m, 0.0)
         d = x - ms[:, None]
-        e = tl.exp(d) if F64 else exp_ftz(d)
+        e = exp_ct(d, F64)
     elif F64:
         m = nanmax(x)
         fin = tl.abs(m) < float("inf")
