@@ -245,25 +245,23 @@ def _plan(batch, row_inputs, lse_inputs, outputs):
     return n_rows, n1, rows_t, lses, pairs
 
 
-def _tile(n_cols: int, n_rows: int, dtype: torch.dtype):
-    """[BLOCK_R, BLOCK_D]: BLOCK_D the row length (at least 16, at most one tile), BLOCK_R the rest
-    of a tile of 2048 elements. BLOCK_R does not shrink for few rows: each (BLOCK_D, dtype) is then
-    one compiled variant (a GPU run of the suite had compiled ~500 softmax_merge variants), and
-    masked rows cost nothing. The tile and the warps (_num_warps) are from benchmarks/sweep.py on
-    the H200 (2026-11-29): 2048-element tiles with 4 warps against 8192 (16-bit) / 4096 (32-bit)
-    with 8 / 4: attention merge (D = 128) float32 0.94 against 0.81, bfloat16 0.92 against 0.78;
-    softmax merge bfloat16 D = 4096 0.98 against 0.83, float32 D = 128 0.92 against 0.64; float32
-    D = 4096 and 65536 0.94 against 0.95."""
-    te = int(os.environ.get("MERGE_KERNELS_TILE", 2048))  # a tuning knob (benchmarks/sweep.py)
+def _tile(n_cols: int, n_rows: int, dtype: torch.dtype, attention: bool):
+    """([BLOCK_R, BLOCK_D], num_warps): BLOCK_D the row length (at least 16, at most one tile),
+    BLOCK_R the rest of the tile. BLOCK_R does not shrink for few rows: each (BLOCK_D, dtype) is
+    then one compiled variant (a GPU run of the suite had compiled ~500 softmax_merge variants),
+    and masked rows cost nothing. Tiles and warps from benchmarks/sweep.py on the H200
+    (2026-11-29, fraction of copy): 1024-element tiles with one warp per 256 elements for the
+    attention merge and the 32-bit softmax merge (attention float32 D=128 1.01 against 0.94 with
+    2048 / 512, bfloat16 0.96 against 0.92, D=512 bfloat16 0.97 against 0.93; softmax merge
+    float32 D=128 0.99 against 0.92, D=4096 0.98 against 0.94, D=65536 0.98 against 0.94); 2048
+    with one per 512 for the 16-bit softmax merge (bfloat16 D=4096 0.98 against 0.84, D=128 0.91
+    against 0.78). MERGE_KERNELS_TILE and MERGE_KERNELS_PER_WARP override them (tuning knobs)."""
+    small = attention or dtype.itemsize >= 4
+    te = int(os.environ.get("MERGE_KERNELS_TILE", 1024 if small else 2048))
+    per_warp = int(os.environ.get("MERGE_KERNELS_PER_WARP", 256 if small else 512))
     bd = min(te, max(16, triton.next_power_of_2(max(n_cols, 1))))
-    return te // bd, bd
-
-
-def _num_warps(br: int, bd: int) -> int:
-    """Warps for a [br, bd] tile: one per 512 elements (4 to 16); MERGE_KERNELS_PER_WARP (elements
-    per warp) is a tuning knob (benchmarks/sweep.py). ptxas (triton 3.6, sm_90): the float32
-    attention merge at 4096 elements and 4 warps used 188 registers, 8 warps per SM."""
-    return L._warps(br * bd, int(os.environ.get("MERGE_KERNELS_PER_WARP", 512)))
+    br = te // bd
+    return br, bd, L._warps(br * bd, per_warp)
 
 
 @L.on_tensor_device
@@ -282,14 +280,14 @@ def attention_merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, l
     if n_rows == 0:
         return o, lse
     n_cols = o_a.shape[-1]
-    br, bd = _tile(n_cols, n_rows, o_a.dtype)
+    br, bd, warps = _tile(n_cols, n_rows, o_a.dtype, True)
     L.note_variant(name, dtype=str(o_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
     (sa, sb, sla, slb, so, slo) = pairs
     vec = L.vec_ok(n_cols, (xa, *sa), (xb, *sb), (o, *so))
     _attention_merge_kernel[(triton.cdiv(n_rows, br),)](
         xa, la, xb, lb, o, lse, n_rows, n_cols, n1, *sa, *sla, *sb, *slb, *so, *slo,
         F64=o_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
-        num_warps=_num_warps(br, bd))
+        num_warps=warps)
     return o, lse
 
 
@@ -309,7 +307,7 @@ def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse
     n_rows, n1, (xa, xb), (la, lb), pairs = _plan(batch, [p_a, p_b], [lse_a, lse_b], [(p, False), (lse, True)])
     if n_rows == 0:
         return p, lse
-    br, bd = _tile(max(da, db), n_rows, p_a.dtype)
+    br, bd, warps = _tile(max(da, db), n_rows, p_a.dtype, False)
     n_cb_a, n_cb_b = triton.cdiv(da, bd), triton.cdiv(db, bd)
     n_cb = max(1, n_cb_a + n_cb_b)  # at least one program per row block writes the lse
     L.note_variant(name, dtype=str(p_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
@@ -318,5 +316,5 @@ def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse
     _softmax_merge_kernel[(triton.cdiv(n_rows, br) * n_cb,)](
         xa, la, xb, lb, p, lse, n_rows, n1, da, db, *sa, *sla, *sb, *slb, *sp, *slo, n_cb_a, n_cb,
         F64=p_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
-        num_warps=_num_warps(br, bd))
+        num_warps=warps)
     return p, lse
