@@ -2,6 +2,7 @@
 compared with the bytes it must move, for the three bfloat16 shapes of benchmarks/cases_ce.py.
 
     python benchmarks/ce_parts.py [--configs "default;CE_KERNELS_MAX_TILE=4096,CE_KERNELS_NUM_WARPS=8"] [--trace]
+    python benchmarks/ce_parts.py --host   # only where the host's time goes in one eager step
 
 Parts: ``targets`` (the host-side range check: a few tiny kernels and one sync), ``fwd`` (the
 forward kernel(s), reads N V s bytes), ``bwd`` (the backward kernel, reads and writes N V s), ``step``
@@ -85,11 +86,77 @@ def host_us(V, n=50):
     return (time.perf_counter() - t0) / n * 1e6
 
 
+def host_parts(shapes=((16384, 32000), (64, 32000)), n=30):
+    """Where the host's time goes in the eager step: the step's functions wrapped with timers
+    (inclusive host microseconds per step, mean of n steps at the real shape, no sync between
+    steps), then the step's wall time per call. A Triton launch counts in its caller and in
+    'launch <kernel>'; 'wait' is TargetCheck.finish's event wait."""
+    import time
+    from collections import defaultdict
+
+    import torch.nn.functional as F
+    from kernels import library as lib
+    acc = defaultdict(float)
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                acc[name] += time.perf_counter() - t0
+        return wrapper
+
+    saved = []
+
+    def patch(obj, attr, name):
+        saved.append((obj, attr, getattr(obj, attr)))
+        setattr(obj, attr, timed(name, getattr(obj, attr)))
+
+    for fn in ("check_args", "check_dloss", "target_stats", "forward_rows", "reduce_loss", "backward_rows",
+               "forward_stats", "backward"):
+        patch(ce, fn, fn)
+    patch(ce.TargetCheck, "__init__", "TargetCheck.__init__")
+    patch(ce.TargetCheck, "finish", "TargetCheck.finish (wait)")
+    patch(ce.CEConfig, "__init__", "CEConfig")
+    for k in ("_ce_fwd_kernel", "_ce_bwd_kernel", "_ce_targets_kernel", "_ce_reduce_kernel", "_ce_merge_kernel"):
+        patch(getattr(ce, k), "run", "launch " + k)
+    patch(lib.CrossEntropyFunction, "forward", "Function.forward")
+    patch(lib.CrossEntropyFunction, "backward", "Function.backward")
+    try:
+        for N, V in shapes:
+            x = torch.randn(N, V, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            t = torch.randint(0, V, (N,), device="cuda")
+            for label, step in (("ours", lambda: torch.autograd.grad(kernels.cross_entropy(x, t), x)),
+                                ("F.cross_entropy", lambda: torch.autograd.grad(F.cross_entropy(x, t), x))):
+                for _ in range(5):
+                    step()
+                torch.cuda.synchronize()
+                acc.clear()
+                wall = 0.0
+                for _ in range(n):
+                    t0 = time.perf_counter()
+                    step()
+                    wall += time.perf_counter() - t0
+                torch.cuda.synchronize()
+                print(f"host us per step, {N} x {V} bfloat16, {label}: wall {wall / n * 1e6:.1f} (no sync between steps)")
+                for name, v in sorted(acc.items(), key=lambda kv: -kv[1]):
+                    print(f"  {name:32s} {v / n * 1e6:8.1f}")
+            del x, t
+    finally:
+        for obj, attr, orig in reversed(saved):
+            setattr(obj, attr, orig)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", default="default", help="settings separated by ';' (NAME=VALUE,...)")
     ap.add_argument("--trace", action="store_true", help="also profile two steps of the first shape")
+    ap.add_argument("--host", action="store_true", help="only the host time of each piece of a step")
     args = ap.parse_args()
+    if args.host:
+        host_parts()
+        return
     C = copy_bw()
     print(f"copy: {C:.0f} GB/s")
     print(f"{'N x V':>16s} {'setting':44s} {'targets us':>10s} {'fwd':>6s} {'bwd':>6s} {'step':>6s} {'read':>6s} {'gap us':>7s} {'host us':>7s}")
