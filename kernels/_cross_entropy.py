@@ -23,14 +23,14 @@ Kernels (design for memory bandwidth; model bytes 3 N V s for forward + backward
   one thread) and ``s = s * exp(m - m') + sum_g exp(x - m')``, so per element one max, one
   subtraction, one exp and one add, and no cross-thread reduction until the row's end, where
   the groups are merged once (``S = sum_g s_g exp(m_g - M)``). A NaN logit turns its group's
-  sum NaN, so no separate flag is carried. The lane-wise sum of ``x / V`` for smoothing. x[t]
+  sum NaN, so no separate flag is carried. The lane-wise sum of ``x / (4 V)`` for smoothing. x[t]
   is one scalar load. SASS (triton 3.6, sm_90): 8.3 instructions per element in the loop, 31
   registers; a tile-wide max (shuffles and three barriers per tile) had 12.9 and 61 and ran at 0.55-0.72
   of copy (the forward reads 2 bytes per element, so it needs twice the elements per clock of a
   read-and-write kernel: it was issue-bound). Writes lse and the loss per row (float32, float64
   for float64 logits).
   Few rows with many columns (fewer rows than ~4 programs per SM): each row is split into
-  ``n_chunks`` column ranges, one program each, whose partial (max, sum, sum x / V) a
+  ``n_chunks`` column ranges, one program each, whose partial (max, sum, sum x / (4 V)) a
   finish kernel merges with the log-sum-exp merge ``S = sum_c s_c exp(m_c - M)``.
 * backward: one read of x and one write of dx, given lse:
   ``dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale`` computed in float32 (float64 for
@@ -90,11 +90,11 @@ def _ce_params(eps, inv_v, EPS, F64: tl.constexpr):
 
 
 @triton.jit
-def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, V, sxr, st, ignore_index, eps,
+def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV4, V, sxr, st, ignore_index, eps,
                SMOOTH: tl.constexpr):
     """From a row's max M (NaN possibly excluded), sum S of exp(x - M) (NaN when the row holds a
-    NaN) and mean SXV of x: store lse (NaN when the row holds NaN or +inf, -inf when it holds only
-    -inf) and the loss."""
+    NaN) and SXV4, the mean of x over 4: store lse (NaN when the row holds NaN or +inf, -inf when
+    it holds only -inf) and the loss."""
     fin = tl.abs(M) < float("inf")
     lse = tl.where(fin, tl.where(fin, M, 0.0) + tl.log(S), M)
     lse = tl.where((S != S) | (M == float("inf")), float("nan"), lse)
@@ -108,10 +108,15 @@ def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, V, sxr, st, ignore_index
         # (1 - eps) * x_t is 0 * -inf = NaN for eps = 1 and x_t = -inf, as in torch
         eps = tl.zeros_like(lse) + eps  # in lse's type (the interpreter holds a float32 argument in float64)
         keep = 1.0 - eps
-        smooth = eps * lse - eps * SXV
+        # eps (lse - mean(x)) at a quarter scale: both terms and their difference stay in range
+        # (the mean summed unscaled overflowed to -inf by rounding when every logit was -finfo.max:
+        # found on the H200, float32, V = 81, eps = 0.1: loss inf for log 81), and 4 * d
+        # overflows only where eps (lse - mean(x)) exceeds the range itself
+        lse4 = lse * 0.25
+        smooth = 4.0 * (eps * lse4 - eps * SXV4)
         # a label_smoothing below float32's range reaches a float32 kernel as 0, yet eps > 0
         # times an infinite lse - mean(x) is infinite (0 * inf would be NaN)
-        smooth = tl.where((eps == 0.0) & (lse - SXV == float("inf")), float("inf"), smooth)
+        smooth = tl.where((eps == 0.0) & (lse4 - SXV4 == float("inf")), float("inf"), smooth)
         loss = (keep * lse - keep * xt) + smooth
     else:
         loss = lse - xt
@@ -157,13 +162,16 @@ def _ce_fwd_kernel(
     F64: tl.constexpr, SMOOTH: tl.constexpr, SPLIT: tl.constexpr, VEC: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK: tl.constexpr, GS: tl.constexpr,
 ):
-    """Per row (chunk): the max M, S = sum exp(x - M) and the sum of x / V, over tiles of BLOCK
+    """Per row (chunk): the max M, S = sum exp(x - M) and the sum of x / (4 V), over tiles of BLOCK
     columns held as [BLOCK_R, BLOCK // GS, GS] (GS: 16 bytes of logits)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     # the compute type's most negative finite value: each group's starting max
     LOW: tl.constexpr = -1.7976931348623157e308 if F64 else -3.4028234663852886e38
     G: tl.constexpr = BLOCK // GS
     eps, inv_v = _ce_params(eps, inv_v, EPS, F64)
+    # the smoothing's mean of x is summed a quarter scaled (exact: a power of two), so that its
+    # rounding cannot overflow where the mean itself is near the range's end (_ce_finish)
+    inv_v = inv_v * 0.25
     rows = _ce_rows(BLOCK_R)
     rmask = rows < n_rows
     rmask3 = rmask[:, None, None]
@@ -201,14 +209,14 @@ def _ce_fwd_kernel(
     M = tl.max(m, 1)
     S = tl.sum(s * exp_ct(m - M[:, None], F64), 1)
     m = tl.where(S == 0.0, float("-inf"), M)
-    SXV = tl.sum(tl.where(rmask[:, None], sx, 0.0), 1)
+    SXV4 = tl.sum(tl.where(rmask[:, None], sx, 0.0), 1)
     if SPLIT:
         poff = rows * n_chunks + tl.program_id(1)
         tl.store(PM + poff, m, mask=rmask)
         tl.store(PS + poff, S, mask=rmask)
-        tl.store(PX + poff, SXV, mask=rmask)
+        tl.store(PX + poff, SXV4, mask=rmask)
     else:
-        _ce_finish(X, T, LOSS, LSE, rows, rmask, m, S, SXV, V, sxr, st, ignore_index, eps, SMOOTH)
+        _ce_finish(X, T, LOSS, LSE, rows, rmask, m, S, SXV4, V, sxr, st, ignore_index, eps, SMOOTH)
 
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
@@ -231,8 +239,8 @@ def _ce_merge_kernel(
     # a chunk of -inf (and NaN) has m_c = -inf and s_c = 0 (NaN): it adds s_c * 0 (NaN stays)
     w = tl.where(mc == float("-inf"), sc * 0.0, sc * tl.exp(mc - Ms[:, None]))
     S = tl.sum(w, 1)
-    SXV = tl.sum(tl.load(PX + poff, mask=pmask, other=0.0), 1)
-    _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV, V, sxr, st, ignore_index, eps, SMOOTH)
+    SXV4 = tl.sum(tl.load(PX + poff, mask=pmask, other=0.0), 1)
+    _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV4, V, sxr, st, ignore_index, eps, SMOOTH)
 
 
 @triton.jit

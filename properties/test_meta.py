@@ -435,6 +435,24 @@ def test_ce_bound_of_rows_at_the_float64_limit(eps):
     ce_matches_oracle(case, tg)
 
 
+@pytest.mark.parametrize("dtype,V", [("float32", 81), ("float32", 1000), ("float64", 5000)])
+def test_ce_smoothing_mean_at_the_range_end(dtype, V):
+    """Every logit -finfo.max, label_smoothing 0.1, target 0: the exact loss is log V, and the kernel
+    sums the mean of x for the smoothing term. Found on the H200 (float32, V = 81): that sum,
+    formed unscaled, overflowed to -inf by rounding, and the loss read inf. The mean is now summed
+    at a quarter scale (kernels/_cross_entropy.py); the interpreter showed it from V = 1000."""
+    from .case import CECase
+    from .invariants import ce_matches_oracle
+    from .ops import Target
+    tg = Target("kernels")
+    tg.device = DEV
+    low = -torch.finfo(getattr(torch, dtype)).max
+    x = S.Logits(1, V, dtype, ("const", low), (), "huge")
+    case = CECase("cross_entropy", getattr(torch, dtype), S.Input(x, (), S.Layout()), S.Targets((0,)), -100,
+                  "mean", 0.1)
+    ce_matches_oracle(case, tg)
+
+
 def test_lsm_bwd_bound_when_the_sum_of_abs_dz_overflows():
     """float64 z = 0 and dz ~ N(0, 2.2e307) over 255 columns: sum |dz| overflows, and the FP64
     oracle's own sum is 13 ulps off the exact dx (the kernel's exact sum is right). The bound's
