@@ -86,6 +86,35 @@ def host_us(V, n=50):
     return (time.perf_counter() - t0) / n * 1e6
 
 
+def _launch_cost(n=200):
+    """Host us per launch of the forward kernel (64 x 4096 bfloat16: negligible GPU time) through
+    the JIT function, through its compiled kernel (no argument binding or cache lookup) and through
+    the project's Launcher (the compiled kernel behind a cache key of its own)."""
+    import time
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    t = torch.randint(0, 4096, (64,), device="cuda")
+    loss = torch.empty(64, device="cuda")
+    lse = torch.empty_like(loss)
+    cfg = ce.config(64, 4096, x.dtype, x.device)
+    args = (x, t, loss, lse, loss, loss, loss, loss, 64, 4096, 4096, 1, -100, 1, cfg.chunk_cols, 0.0, 1 / 4096)
+    const = dict(F64=False, SMOOTH=False, SPLIT=False, VEC=2, BLOCK_R=cfg.block_r, BLOCK=cfg.block, GS=8)
+    grid = cfg.grid(64)
+    k = ce._ce_fwd_kernel[grid](*args, **const, num_warps=cfg.num_warps)
+    runner = k[(grid[0], grid[1], 1)]
+    for label, fn in (("JITFunction[grid](...)", lambda: ce._ce_fwd_kernel[grid](*args, **const, num_warps=cfg.num_warps)),
+                      ("CompiledKernel[grid](...)", lambda: runner(*args, *const.values())),
+                      ("Launcher (kernels/_launch.py)", lambda: ce._fwd(grid, args, const, cfg.num_warps))):
+        best = float("inf")
+        for _ in range(3):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / n * 1e6)
+        torch.cuda.synchronize()
+        print(f"host us per launch of _ce_fwd_kernel (17 arguments, 7 constexprs) via {label}: {best:.1f}")
+
+
 def host_parts(shapes=((16384, 32000), (64, 32000)), n=30):
     """Where the host's time goes in the eager step: the step's functions wrapped with timers
     (inclusive host microseconds per step, mean of n steps at the real shape, no sync between
@@ -113,17 +142,17 @@ def host_parts(shapes=((16384, 32000), (64, 32000)), n=30):
         saved.append((obj, attr, getattr(obj, attr)))
         setattr(obj, attr, timed(name, getattr(obj, attr)))
 
-    for fn in ("check_args", "check_dloss", "target_stats", "forward_rows", "reduce_loss", "backward_rows",
-               "forward_stats", "backward"):
+    for fn in ("check_args", "check_dloss", "_target_stats", "_forward_rows", "_reduce_loss", "backward_rows",
+               "forward_trusted", "config"):
         patch(ce, fn, fn)
     patch(ce.TargetCheck, "__init__", "TargetCheck.__init__")
     patch(ce.TargetCheck, "finish", "TargetCheck.finish (wait)")
-    patch(ce.CEConfig, "__init__", "CEConfig")
-    for k in ("_ce_fwd_kernel", "_ce_bwd_kernel", "_ce_targets_kernel", "_ce_reduce_kernel", "_ce_merge_kernel"):
-        patch(getattr(ce, k), "run", "launch " + k)
+    for k in ("_fwd", "_bwd", "_targets", "_reduce", "_merge"):
+        patch(ce, k, "launch " + k)  # the kernels' Launchers (kernels/_launch.py)
     patch(lib.CrossEntropyFunction, "forward", "Function.forward")
     patch(lib.CrossEntropyFunction, "backward", "Function.backward")
     try:
+        _launch_cost()
         for N, V in shapes:
             x = torch.randn(N, V, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             t = torch.randint(0, V, (N,), device="cuda")

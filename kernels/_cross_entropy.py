@@ -58,7 +58,9 @@ bypassed (e.g. calling the kernels directly).
 """
 from __future__ import annotations
 
+import functools
 import os
+import threading
 
 import torch
 import triton
@@ -357,6 +359,9 @@ def _ce_reduce_kernel(LR, STATS, OUT, n, MEAN: tl.constexpr, BLOCK: tl.constexpr
 
 
 JIT_KERNELS = (_ce_fwd_kernel, _ce_merge_kernel, _ce_bwd_kernel, _ce_targets_kernel, _ce_reduce_kernel)
+# launched through L.Launcher: each Triton launch cost 28-62 us of host time on the H200 machine
+# (benchmarks/ce_parts.py --host), four per training step
+_fwd, _merge, _bwd, _targets, _reduce = (L.Launcher(k) for k in JIT_KERNELS)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -380,6 +385,7 @@ def max_tile(dtype: torch.dtype) -> int:
     return {2: 4096, 4: 4096, 8: 2048}[dtype.itemsize]
 
 
+@functools.lru_cache(maxsize=None)
 def _programs_wanted(device) -> int:
     if L.interpreting() or device.type != "cuda":
         return 4
@@ -409,6 +415,19 @@ class CEConfig:
 
     def grid(self, n_rows: int):
         return (triton.cdiv(n_rows, self.block_r), self.n_chunks)
+
+
+@functools.lru_cache(maxsize=1024)
+def _config(n_rows: int, V: int, dtype: torch.dtype, device: torch.device, knobs) -> CEConfig:
+    return CEConfig(n_rows, V, dtype, device)
+
+
+def config(n_rows: int, V: int, dtype: torch.dtype, device: torch.device) -> CEConfig:
+    """CEConfig for these rows, cached (with the tuning knobs in the key): building one cost
+    ~39 us of host time per call on the H200 machine (benchmarks/ce_parts.py --host), twice
+    per training step."""
+    knobs = (os.environ.get("CE_KERNELS_MAX_TILE"), os.environ.get("CE_KERNELS_NUM_WARPS"))
+    return _config(n_rows, V, dtype, device, knobs)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -444,39 +463,55 @@ def check_args(logits, target, ignore_index, reduction, label_smoothing, op: str
         raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
 
 
-@L.on_tensor_device
-def target_stats(target: torch.Tensor, ignore_index: int) -> torch.Tensor:
+def _target_stats(target: torch.Tensor, ignore_index: int) -> torch.Tensor:
     """int64 [min, max, count] of the non-ignored targets, on the targets' device: one launch of
     one program (the check, the mean's divisor and the backward's scale all read it)."""
     t = target.reshape(-1)
     out = torch.empty(3, dtype=torch.int64, device=t.device)
     L.note_variant("ce_targets", dtype=str(t.dtype))
-    _ce_targets_kernel[(1,)](t, out, t.numel(), t.stride(0) if t.numel() > 1 else 1, ignore_index,
-                             BLOCK=1024, num_warps=4)
+    _targets((1,), (t, out, t.numel(), t.stride(0) if t.numel() > 1 else 1, ignore_index), dict(BLOCK=1024), 4)
     return out
+
+
+target_stats = L.on_tensor_device(_target_stats)
+_HOST = threading.local()  # per thread: {device index: (pinned int64[3], event)} for TargetCheck
 
 
 class TargetCheck:
     """The range check of the targets, in flight: target_stats copied to pinned host memory
     behind an event. finish() waits for that event only (not for kernels launched after it) and
-    raises a ValueError naming the first out-of-range target."""
+    raises a ValueError naming the first out-of-range target.
+
+    The pinned buffer and the event are made once per thread and device and reused (allocating
+    them cost ~80 us of host time per call on the H200 machine): a check must be finished before
+    the next one on the same thread and device is made, which every caller here does."""
 
     def __init__(self, stats: torch.Tensor, target: torch.Tensor, V: int, ignore_index: int, op: str):
         self.target, self.V, self.ignore_index, self.op = target, V, ignore_index, op
         self.event = None
-        if stats.device.type == "cuda":
-            with torch.cuda.device(stats.device):  # copy and event on the stats' device and stream
-                self.host = torch.empty(3, dtype=torch.int64, pin_memory=True)
-                self.host.copy_(stats, non_blocking=True)
-                self.event = torch.cuda.Event()
-                self.event.record()
+        if stats.is_cuda:
+            index = stats.get_device()
+            slots = _HOST.__dict__.setdefault("slots", {})
+            if index != torch.cuda.current_device():
+                with torch.cuda.device(index):  # copy and event on the stats' device and stream
+                    self._record(slots, index, stats)
+            else:
+                self._record(slots, index, stats)
         else:
             self.host = stats
+
+    def _record(self, slots, index: int, stats: torch.Tensor) -> None:
+        slot = slots.get(index)
+        if slot is None:
+            slot = slots[index] = (torch.empty(3, dtype=torch.int64, pin_memory=True), torch.cuda.Event())
+        self.host, self.event = slot
+        self.host.copy_(stats, non_blocking=True)
+        self.event.record()
 
     def finish(self) -> None:
         if self.event is not None:
             self.event.synchronize()
-        lo, hi, count = (int(v) for v in self.host)
+        lo, hi, count = self.host.tolist()
         if count == 0 or (lo >= 0 and hi < self.V):
             return
         t, V, ig = self.target, self.V, self.ignore_index
@@ -536,8 +571,7 @@ def _params(eps: float, V: int, dtype, device, fallback):
     return float(eps), 1.0 / V, fallback
 
 
-@L.on_tensor_device
-def forward_rows(logits, target, ignore_index: int, label_smoothing: float):
+def _forward_rows(logits, target, ignore_index: int, label_smoothing: float):
     """(per-row loss, per-row lse) in the compute dtype, shape (N,); no validation."""
     x, t = _rows(logits, target)
     N, V = x.shape
@@ -546,7 +580,7 @@ def forward_rows(logits, target, ignore_index: int, label_smoothing: float):
     lse = torch.empty(N, dtype=ct, device=x.device)
     if N == 0:
         return loss, lse
-    cfg = CEConfig(N, V, logits.dtype, x.device)
+    cfg = config(N, V, logits.dtype, x.device)
     eps, inv_v, EPS = _params(label_smoothing, V, logits.dtype, x.device, loss)
     f64 = logits.dtype == torch.float64
     smooth = label_smoothing > 0
@@ -557,39 +591,35 @@ def forward_rows(logits, target, ignore_index: int, label_smoothing: float):
         ps, px = torch.empty_like(pm), torch.empty_like(pm)
     else:
         pm = ps = px = loss
-    _ce_fwd_kernel[cfg.grid(N)](
-        x, t, loss, lse, pm, ps, px, EPS,
-        N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v,
-        F64=f64, SMOOTH=smooth, SPLIT=split, VEC=_vec(V, (x, x.stride(0), 0)), BLOCK_R=cfg.block_r, BLOCK=cfg.block,
-        GS=16 // x.element_size(), num_warps=cfg.num_warps)
+    _fwd(cfg.grid(N), (x, t, loss, lse, pm, ps, px, EPS,
+                       N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v),
+         dict(F64=f64, SMOOTH=smooth, SPLIT=split, VEC=_vec(V, (x, x.stride(0), 0)), BLOCK_R=cfg.block_r,
+              BLOCK=cfg.block, GS=16 // x.element_size()), cfg.num_warps)
     if split:
         nc = max(2, triton.next_power_of_2(cfg.n_chunks))
         br = max(1, min(64, 1024 // nc))
         L.note_variant("ce_merge", dtype=str(logits.dtype), SMOOTH=smooth, NC=nc, BLOCK_R=br)
-        _ce_merge_kernel[(triton.cdiv(N, br),)](
-            x, t, loss, lse, pm, ps, px, EPS,
-            N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, eps,
-            F64=f64, SMOOTH=smooth, BLOCK_R=br, NC=nc, num_warps=4)
+        _merge((triton.cdiv(N, br),), (x, t, loss, lse, pm, ps, px, EPS,
+                                       N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, eps),
+               dict(F64=f64, SMOOTH=smooth, BLOCK_R=br, NC=nc), 4)
     return loss, lse
 
 
-@L.on_tensor_device
-def reduce_loss(loss_rows, target, ignore_index: int, reduction: str, dtype, stats=None):
+def _reduce_loss(loss_rows, target, ignore_index: int, reduction: str, dtype, stats=None):
     """The loss from the per-row losses: as they are ("none", rounded to dtype), or their float64
     sum (divided by the count of non-ignored rows for "mean"), one launch of one program.
     stats: target_stats, computed here when not given."""
     if reduction == "none":
         return loss_rows.to(dtype).reshape(target.shape)
     if stats is None:
-        stats = target_stats(target, ignore_index)
+        stats = _target_stats(target, ignore_index)
     out = torch.empty((), dtype=dtype, device=loss_rows.device)
     L.note_variant("ce_reduce", dtype=str(loss_rows.dtype), out=str(dtype), MEAN=reduction == "mean")
-    _ce_reduce_kernel[(1,)](loss_rows, stats, out, loss_rows.numel(), MEAN=reduction == "mean", BLOCK=1024, num_warps=4)
+    _reduce((1,), (loss_rows, stats, out, loss_rows.numel()), dict(MEAN=reduction == "mean", BLOCK=1024), 4)
     return out
 
 
-@L.on_tensor_device
-def backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str, label_smoothing: float,
+def _backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str, label_smoothing: float,
                   stats=None):
     """dlogits (logits' dtype and shape, contiguous); no validation. stats (target_stats) is
     read for the mean's count, computed here when not given."""
@@ -600,22 +630,28 @@ def backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str,
         return dx.reshape(logits.shape)
     mean = reduction == "mean"
     if mean and stats is None:
-        stats = target_stats(target, ignore_index)
+        stats = _target_stats(target, ignore_index)
     sc = dloss.reshape(-1)  # a view (stride 0 for an expanded dloss) where possible
     ss = sc.stride(0) if sc.numel() > 1 else 0
-    cfg = CEConfig(N, V, logits.dtype, x.device)
+    cfg = config(N, V, logits.dtype, x.device)
     eps, inv_v, EPS = _params(label_smoothing, V, logits.dtype, x.device, lse)
     smooth = label_smoothing > 0
     L.note_variant("ce_bwd", dtype=str(logits.dtype), dloss=str(dloss.dtype), SMOOTH=smooth, MEAN=mean,
                    BLOCK_R=cfg.block_r, BLOCK=cfg.block)
-    _ce_bwd_kernel[cfg.grid(N)](
-        x, t, lse, sc, stats if mean else lse, dx, EPS,
-        N, V, x.stride(0), t.stride(0), ss, dx.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v,
-        F64=logits.dtype == torch.float64, SMOOTH=smooth, MEAN=mean,
-        VEC=_vec(V, (x, x.stride(0), 0), (dx, dx.stride(0), 0)),
-        BLOCK_R=cfg.block_r, BLOCK=cfg.block,
-        num_warps=cfg.num_warps)
+    _bwd(cfg.grid(N), (x, t, lse, sc, stats if mean else lse, dx, EPS,
+                       N, V, x.stride(0), t.stride(0), ss, dx.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols,
+                       eps, inv_v),
+         dict(F64=logits.dtype == torch.float64, SMOOTH=smooth, MEAN=mean,
+              VEC=_vec(V, (x, x.stride(0), 0), (dx, dx.stride(0), 0)), BLOCK_R=cfg.block_r, BLOCK=cfg.block),
+         cfg.num_warps)
     return dx.reshape(logits.shape)
+
+
+# the launchers, run on their tensors' device (the public ones; callers that already are call the
+# underscored ones and save the wrapper's host time)
+forward_rows = L.on_tensor_device(_forward_rows)
+reduce_loss = L.on_tensor_device(_reduce_loss)
+backward_rows = L.on_tensor_device(_backward_rows)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -630,10 +666,17 @@ def forward_stats(logits, target, ignore_index=-100, reduction="mean", label_smo
     """(loss, lse, stats): forward, and the target_stats it computed (a backward given them skips
     that launch)."""
     check_args(logits, target, ignore_index, reduction, label_smoothing, "cross_entropy")
-    stats = target_stats(target, ignore_index)
+    return forward_trusted(logits, target, ignore_index, reduction, float(label_smoothing))
+
+
+@L.on_tensor_device
+def forward_trusted(logits, target, ignore_index: int, reduction: str, label_smoothing: float):
+    """forward_stats for arguments that already passed check_args (the autograd.Function's path:
+    kernels.cross_entropy checked them); the targets' range is checked here."""
+    stats = _target_stats(target, ignore_index)
     check = TargetCheck(stats, target, logits.shape[-1], ignore_index, "cross_entropy")
-    loss_rows, lse = forward_rows(logits, target, ignore_index, float(label_smoothing))
-    loss = reduce_loss(loss_rows, target, ignore_index, reduction, logits.dtype, stats)
+    loss_rows, lse = _forward_rows(logits, target, ignore_index, label_smoothing)
+    loss = _reduce_loss(loss_rows, target, ignore_index, reduction, logits.dtype, stats)
     check.finish()
     return loss, lse, stats
 

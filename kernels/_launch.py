@@ -33,9 +33,9 @@ def on_tensor_device(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         t = next((a for a in args if isinstance(a, torch.Tensor)), None)
-        if t is None or t.device.type != "cuda" or t.device.index == torch.cuda.current_device():
+        if t is None or not t.is_cuda or t.get_device() == torch.cuda.current_device():
             return fn(*args, **kwargs)
-        with torch.cuda.device(t.device):
+        with torch.cuda.device(t.get_device()):
             return fn(*args, **kwargs)
     return wrapper
 
@@ -290,3 +290,83 @@ def compiled_kernel_count() -> int:
         for entry in caches.values():
             total += len(entry[0])
     return total
+
+
+# ----------------------------------------------------------------------------------------------
+# launching: the compiled kernel directly, where the host's time per launch matters
+# ----------------------------------------------------------------------------------------------
+DIRECT_LAUNCH = os.environ.get("KERNELS_DIRECT_LAUNCH", "1") not in ("", "0")  # read once; A/B knob
+
+_I32 = (-2**31, 2**31)
+
+
+def _param_rule(p) -> int:
+    """0: no specialization (dtype / integer width only); 1: values (int == 1, % 16 == 0) but no
+    alignment; 2: values and alignment (tensor data_ptr % 16 == 0)."""
+    if p.do_not_specialize:
+        return 0
+    return 1 if p.do_not_specialize_on_alignment else 2
+
+
+def _tag(a, rule: int):
+    """What Triton 3.6 / 3.9 specialize a non-constexpr argument on (their native
+    specialize_impl: test_meta.py::test_launch_tags_refine_tritons_specialization), or a finer
+    key: a tensor's dtype (and, rule 2, whether its address is a multiple of 16); an int's width
+    (i32, i64, u64) and, rules 1-2, whether it is 1 or a multiple of 16 (rule 2); float, bool,
+    None by type. Anything else: None (the caller launches through the JIT function)."""
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, a.data_ptr() % 16 == 0) if rule == 2 else a.dtype
+    t = type(a)
+    if t is int:
+        w = 0 if _I32[0] <= a < _I32[1] else (1 if a < 2**63 else 2)
+        if rule == 0:
+            return w
+        return (w, a == 1, rule == 2 and a % 16 == 0)
+    if t is float:
+        return "f"
+    if t is bool:
+        return "b"
+    if a is None:
+        return "n"
+    return None
+
+
+class Launcher:
+    """``fn[grid](*args, **constexprs, num_warps=w)`` at less host cost: the first launch of each
+    specialization goes through the JIT function (which compiles it), later ones call the
+    compiled kernel with the arguments as they are, skipping Triton's binder and cache lookup.
+    The cache key is (device, num_warps, constexprs, _tag of each argument), a refinement of
+    Triton's own key, so a hit is the kernel Triton would have picked. args: the kernel's
+    non-constexpr parameters in order; constexprs: all its constexpr parameters by name.
+    Under the interpreter, or with KERNELS_DIRECT_LAUNCH=0, every launch goes through the JIT
+    function. Triton's environment knobs (debug, instrumentation) are taken as fixed per process."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.cache = {}
+        params = getattr(fn, "params", None)  # None under the interpreter (an InterpretedFunction)
+        self.direct = params is not None
+        if not self.direct:
+            return
+        self.rules = tuple(_param_rule(p) for p in params if not p.is_constexpr)
+        self.const_names = tuple(p.name for p in params if p.is_constexpr)
+        if any(p.is_constexpr for p in params[:len(self.rules)]):
+            raise TypeError(f"Launcher({fn.__name__}): the constexpr parameters must come last")
+
+    def __call__(self, grid, args, constexprs: dict, num_warps: int):
+        if not (DIRECT_LAUNCH and self.direct):
+            self.fn[grid](*args, **constexprs, num_warps=num_warps)
+            return
+        consts = tuple(constexprs[n] for n in self.const_names)
+        key = (torch.cuda.current_device(), num_warps, consts) + tuple(map(_tag, args, self.rules))
+        kernel = self.cache.get(key)
+        if kernel is None:
+            if len(args) != len(self.rules) or len(constexprs) != len(self.const_names):
+                raise TypeError(f"Launcher({self.fn.__name__}): expected {len(self.rules)} arguments and "
+                                f"constexprs {self.const_names}, got {len(args)} and {tuple(constexprs)}")
+            kernel = self.fn[grid](*args, **constexprs, num_warps=num_warps)
+            if kernel is not None and None not in key[3:]:
+                self.cache[key] = kernel
+            return
+        g = tuple(grid) + (1, 1)
+        kernel[g[:3]](*args, *consts)

@@ -135,13 +135,16 @@ class CrossEntropyFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
-        loss, lse, stats = _ce.forward_stats(logits, target, ignore_index, reduction, label_smoothing)
+        # kernels.cross_entropy has checked the arguments
+        loss, lse, stats = _ce.forward_trusted(logits, target, ignore_index, reduction, label_smoothing)
         ctx.save_for_backward(logits, target, lse, stats)
         ctx.opts = (ignore_index, reduction, label_smoothing)
         return loss
 
     @staticmethod
     def backward(ctx, dloss):
+        # the forward checked the arguments and the targets; autograd hands a dloss of the loss's
+        # shape, dtype and device. The kernels only read logits and dloss, so nothing is detached.
         logits, target, lse, stats = ctx.saved_tensors
-        g = _ce.backward(logits.detach(), target, dloss.detach(), lse, *ctx.opts, stats=stats)
+        g = _ce.backward_rows(logits, target, dloss, lse, *ctx.opts, stats=stats)
         return g, None, None, None, None

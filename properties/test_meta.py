@@ -550,3 +550,52 @@ def test_kernels_run_on_their_inputs_device():
         for w, o in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
             assert o.device == other, f"{name}: output on {o.device}, inputs on {other}"
             assert torch.equal(w.nan_to_num(), o.nan_to_num()), f"{name}: differs when {other} is not the current device"
+
+
+# ---------------------------------------------------------------------------- direct launches
+def test_launch_tags_refine_tritons_specialization():
+    """_launch.Launcher caches compiled kernels by _launch._tag of each argument: a hit must be the
+    kernel Triton would pick, so equal tags must mean equal Triton specializations (Triton's
+    native specialize_impl, for each of the three parameter rules). A private Triton function:
+    the test skips where it is missing."""
+    try:
+        from triton._C.libtriton import native_specialize_impl
+        from triton.backends.nvidia.compiler import CUDABackend
+    except ImportError as e:  # pragma: no cover - depends on the Triton build
+        pytest.skip(f"Triton's native specialize_impl is not importable: {e}")
+    base = torch.empty(64, dtype=torch.float32)
+    values = [base, base[1:], base[4:], torch.empty(8, dtype=torch.bfloat16), torch.empty(8, dtype=torch.int64)[1:],
+              0, 1, 2, 15, 16, 17, 32, -1, -16, -17, 2**31 - 16, 2**31 - 1, 2**31, 2**31 + 16, -2**31, -2**31 - 1,
+              -2**31 - 16, 2**63 - 1, 2**63, 2**63 + 16, 0.0, 0.5, -1e300, True, False, None]
+    for rule, (spec, align) in enumerate([(False, False), (True, False), (True, True)]):
+        seen = {}
+        for v in values:
+            tag = _launch._tag(v, rule)
+            assert tag is not None, v
+            triton_key = native_specialize_impl(CUDABackend, v, False, spec, align)
+            key = (type(v).__name__, tag)
+            assert seen.setdefault(key, triton_key) == triton_key, (rule, v, tag, triton_key, seen[key])
+
+
+@pytest.mark.skipif(DEV != "cuda", reason="direct launches happen on the GPU only (the interpreter runs the JIT function)")
+def test_direct_launch_matches_the_jit_launch(monkeypatch):
+    """The same cross-entropy forward and backward through Launcher hits and through the JIT
+    function, on aligned and unaligned logits and both target dtypes: bitwise equal results."""
+    from kernels import _cross_entropy as ce
+
+    def run():
+        out = []
+        for off, tdt in ((0, torch.int64), (1, torch.int32), (0, torch.int32)):
+            g = torch.Generator().manual_seed(off)
+            x = torch.randn(70, 1001, generator=g).to(DEV, torch.bfloat16)[:, off:off + 1000]
+            t = torch.randint(0, 1000, (70,), generator=g).to(DEV, tdt)
+            loss, lse, stats = ce.forward_stats(x, t)
+            out += [loss, lse, ce.backward_rows(x, t, torch.ones((), device=DEV), lse, -100, "mean", 0.0, stats)]
+        return out
+    monkeypatch.setattr(_launch, "DIRECT_LAUNCH", True)
+    first, again = run(), run()  # the second run hits the Launchers' caches
+    assert all(len(k.cache) for k in (ce._fwd, ce._bwd, ce._targets, ce._reduce))
+    monkeypatch.setattr(_launch, "DIRECT_LAUNCH", False)
+    jit = run()
+    for a, b, c in zip(first, again, jit):
+        assert torch.equal(a, b) and torch.equal(a, c)
