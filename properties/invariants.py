@@ -962,8 +962,9 @@ def ce_loss_is_lse_minus_target_logit(case, target):
 def ce_reductions_agree(case, target):
     """mean * (number of counted rows) == sum == sum of reduction="none", each output within its
     oracle bound, so: |sum - sum(none)| <= tol(sum) + sum tol(none) and |mean * count - sum| <=
-    count tol(mean) + tol(sum) (+ 2**-52 |sum| for forming mean * count in float64). With no
-    counted row, mean is NaN (0 / 0) and sum is 0."""
+    count tol(mean) + tol(sum) (+ 2**-52 |sum| for forming mean * count in float64; at a quarter
+    scale where mean * count overflows float64). With no counted row, mean is NaN (0 / 0) and sum
+    is 0."""
     x, t = case.tensors(target.device)
     kw = dict(label_smoothing=case.label_smoothing)
     none = ce_run(case, target, x, t, reduction="none", **kw).double()
@@ -981,9 +982,13 @@ def ce_reductions_agree(case, target):
         if not bool(torch.isnan(mean)):
             fail("ce_reductions_agree", case, target, "mean over no counted rows is not NaN", (), math.nan, mean, call=call)
         return
-    mc = mean * count
-    assert_close("ce_reductions_agree", case, target, total, mc, count * tm + ts + 2.0**-52 * torch.nan_to_num(mc.abs()),
-                 f"sum != mean * count ({count})", call)
+    # float64 logits with a loss near finfo.max: mean * count can round past the range where the
+    # sum itself does not (found on the H200: sum = finfo.max, mean = max / 3, 3 * mean = inf);
+    # then both sides are compared at a quarter scale (a power of two: exact at that magnitude)
+    s = 0.25 if bool(torch.isinf(mean * count) & torch.isfinite(mean)) else 1.0
+    mc = (mean * s) * count
+    assert_close("ce_reductions_agree", case, target, total * s, mc,
+                 (count * tm + ts) * s + 2.0**-52 * torch.nan_to_num(mc.abs()), f"sum != mean * count ({count})", call)
 
 
 @invariant(CE_BWD)

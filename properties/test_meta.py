@@ -399,6 +399,24 @@ def test_ce_reductions_agree_accepts_an_overflowing_sum():
     ce_reductions_agree(case, tg)
 
 
+def test_ce_reductions_agree_when_mean_times_count_overflows():
+    """float64 logits [[finfo.max, 0], [0, 0], [0, 0]], targets [1, 0, 0], found on the H200: the
+    sum rounds to finfo.max (finite, right), the mean to max / 3, and 3 * mean in float64 to inf.
+    The law's mean * count must not overflow where the sum does not."""
+    from .case import CECase
+    from .invariants import ce_reductions_agree
+    from .ops import Target
+    tg = Target("kernels")
+    tg.device = DEV
+    big = torch.finfo(torch.float64).max
+    lg = S.Logits(3, 2, "float64", ("const", 0.0), ((0, 0, 1, big),))
+    case = CECase("cross_entropy", torch.float64, S.Input(lg, (3,), S.Layout()), S.Targets((1, 0, 0)), -100,
+                  "mean", 0.0)
+    x, t = case.tensors(DEV)
+    assert float(x[0, 0]) == big and bool(torch.isinf(kernels.cross_entropy(x, t).double() * 3))
+    ce_reductions_agree(case, tg)
+
+
 def test_vjp_bounds_cover_a_subnormal_rounded_y():
     """float16 y = softmax of 255 logits with one at 17 (y_0 ~ 1, the rest float16 subnormals, each
     rounded by as much as itself) and dy = 65504: sum(y_r) = 1.00023, so the exact VJP at y_r is
