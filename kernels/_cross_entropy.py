@@ -619,32 +619,59 @@ def _reduce_loss(loss_rows, target, ignore_index: int, reduction: str, dtype, st
     return out
 
 
+class BackwardPlan:
+    """The backward launch, prepared from what the forward knows (everything but dloss and the
+    output), so that the autograd.Function builds it before the forward's wait and its backward
+    only allocates dx and launches: the host path from that wait to the backward launch is what
+    the GPU idles for at V = 32000 (the forward kernel is shorter; benchmarks/ce_parts.py --host).
+    The plan holds views of logits and target: they must not change before run (the autograd
+    Function saves them too, so autograd's version check catches an in-place change)."""
+
+    def __init__(self, logits, target, lse, ignore_index: int, reduction: str, label_smoothing: float, stats=None):
+        x, t = _rows(logits, target)
+        N, V = x.shape
+        self.shape, self.dtype, self.n_rows = logits.shape, logits.dtype, N
+        if N == 0:
+            return
+        mean = reduction == "mean"
+        if mean and stats is None:
+            stats = _target_stats(target, ignore_index)
+        cfg = config(N, V, logits.dtype, x.device)
+        eps, inv_v, EPS = _params(label_smoothing, V, logits.dtype, x.device, lse)
+        self.stats = stats if mean else lse
+        self.grid, self.num_warps = cfg.grid(N), cfg.num_warps
+        self.head = (x, t, lse)  # the arguments before dloss, and after it:
+        self.tail = (N, V, x.stride(0), t.stride(0))
+        self.rest = (ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v)
+        self.eps_t = EPS
+        self.vec = _vec(V, (x, x.stride(0), 0))  # and dx's rows (fresh, stride V) below
+        self.dx_rows_ok = (V * x.element_size()) % 16 == 0
+        self.consts = dict(F64=logits.dtype == torch.float64, SMOOTH=label_smoothing > 0, MEAN=mean,
+                           VEC=self.vec, BLOCK_R=cfg.block_r, BLOCK=cfg.block)
+        self.note = dict(dtype=str(logits.dtype), SMOOTH=label_smoothing > 0, MEAN=mean, BLOCK_R=cfg.block_r,
+                         BLOCK=cfg.block)
+
+    def run(self, dloss):
+        """dlogits (the logits' dtype and shape, contiguous) for this dloss."""
+        dx = torch.empty((self.n_rows, self.shape[-1]), dtype=self.dtype, device=dloss.device)
+        if self.n_rows == 0:
+            return dx.reshape(self.shape)
+        sc = dloss.reshape(-1)  # a view (stride 0 for an expanded dloss) where possible
+        ss = sc.stride(0) if sc.numel() > 1 else 0
+        L.note_variant("ce_bwd", dloss=str(dloss.dtype), **self.note)
+        consts = self.consts
+        if self.vec and not (self.dx_rows_ok and dx.data_ptr() % 16 == 0):
+            consts = dict(consts, VEC=0)
+        _bwd(self.grid, self.head + (sc, self.stats, dx, self.eps_t) + self.tail + (ss, dx.stride(0)) + self.rest,
+             consts, self.num_warps)
+        return dx.reshape(self.shape)
+
+
 def _backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str, label_smoothing: float,
-                  stats=None):
+                   stats=None):
     """dlogits (logits' dtype and shape, contiguous); no validation. stats (target_stats) is
     read for the mean's count, computed here when not given."""
-    x, t = _rows(logits, target)
-    N, V = x.shape
-    dx = torch.empty((N, V), dtype=logits.dtype, device=x.device)
-    if N == 0:
-        return dx.reshape(logits.shape)
-    mean = reduction == "mean"
-    if mean and stats is None:
-        stats = _target_stats(target, ignore_index)
-    sc = dloss.reshape(-1)  # a view (stride 0 for an expanded dloss) where possible
-    ss = sc.stride(0) if sc.numel() > 1 else 0
-    cfg = config(N, V, logits.dtype, x.device)
-    eps, inv_v, EPS = _params(label_smoothing, V, logits.dtype, x.device, lse)
-    smooth = label_smoothing > 0
-    L.note_variant("ce_bwd", dtype=str(logits.dtype), dloss=str(dloss.dtype), SMOOTH=smooth, MEAN=mean,
-                   BLOCK_R=cfg.block_r, BLOCK=cfg.block)
-    _bwd(cfg.grid(N), (x, t, lse, sc, stats if mean else lse, dx, EPS,
-                       N, V, x.stride(0), t.stride(0), ss, dx.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols,
-                       eps, inv_v),
-         dict(F64=logits.dtype == torch.float64, SMOOTH=smooth, MEAN=mean,
-              VEC=_vec(V, (x, x.stride(0), 0), (dx, dx.stride(0), 0)), BLOCK_R=cfg.block_r, BLOCK=cfg.block),
-         cfg.num_warps)
-    return dx.reshape(logits.shape)
+    return BackwardPlan(logits, target, lse, ignore_index, reduction, label_smoothing, stats).run(dloss)
 
 
 # the launchers, run on their tensors' device (the public ones; callers that already are call the
@@ -673,12 +700,24 @@ def forward_stats(logits, target, ignore_index=-100, reduction="mean", label_smo
 def forward_trusted(logits, target, ignore_index: int, reduction: str, label_smoothing: float):
     """forward_stats for arguments that already passed check_args (the autograd.Function's path:
     kernels.cross_entropy checked them); the targets' range is checked here."""
+    return _forward(logits, target, ignore_index, reduction, label_smoothing, False)[:3]
+
+
+@L.on_tensor_device
+def forward_for_autograd(logits, target, ignore_index: int, reduction: str, label_smoothing: float):
+    """(loss, lse, stats, BackwardPlan): forward_trusted, with the backward's launch prepared
+    while the GPU runs the forward (before the wait for the targets' check)."""
+    return _forward(logits, target, ignore_index, reduction, label_smoothing, True)
+
+
+def _forward(logits, target, ignore_index, reduction, label_smoothing, plan: bool):
     stats = _target_stats(target, ignore_index)
     check = TargetCheck(stats, target, logits.shape[-1], ignore_index, "cross_entropy")
     loss_rows, lse = _forward_rows(logits, target, ignore_index, label_smoothing)
     loss = _reduce_loss(loss_rows, target, ignore_index, reduction, logits.dtype, stats)
+    bwd = BackwardPlan(logits, target, lse, ignore_index, reduction, label_smoothing, stats) if plan else None
     check.finish()
-    return loss, lse, stats
+    return loss, lse, stats, bwd
 
 
 def backward(logits, target, dloss, lse=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,

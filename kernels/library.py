@@ -127,8 +127,8 @@ cross_entropy_op.register_autograd(_ce_bwd, setup_context=_ce_setup)
 
 
 class CrossEntropyFunction(torch.autograd.Function):
-    """The eager twin of cross_entropy_op: the same validated forward and backward
-    (kernels/_cross_entropy.py) and the same saved tensors, without the torch.library dispatch,
+    """The eager twin of cross_entropy_op: the same kernels (kernels/_cross_entropy.py), with the
+    backward's launch prepared in the forward (BackwardPlan), without the torch.library dispatch,
     which cost ~80 us of host time per forward + backward on the development machine
     (a toy op: 124 us against 46 us with an autograd.Function). kernels.cross_entropy uses it
     outside torch.compile; under torch.compile it calls cross_entropy_op, which traces."""
@@ -136,15 +136,14 @@ class CrossEntropyFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
         # kernels.cross_entropy has checked the arguments
-        loss, lse, stats = _ce.forward_trusted(logits, target, ignore_index, reduction, label_smoothing)
-        ctx.save_for_backward(logits, target, lse, stats)
-        ctx.opts = (ignore_index, reduction, label_smoothing)
+        loss, lse, stats, ctx.plan = _ce.forward_for_autograd(logits, target, ignore_index, reduction,
+                                                              label_smoothing)
+        ctx.save_for_backward(logits, target)  # for autograd's check that they are unchanged
         return loss
 
     @staticmethod
     def backward(ctx, dloss):
-        # the forward checked the arguments and the targets; autograd hands a dloss of the loss's
-        # shape, dtype and device. The kernels only read logits and dloss, so nothing is detached.
-        logits, target, lse, stats = ctx.saved_tensors
-        g = _ce.backward_rows(logits, target, dloss, lse, *ctx.opts, stats=stats)
-        return g, None, None, None, None
+        # the forward checked the arguments and the targets and prepared the launch; autograd
+        # hands a dloss of the loss's shape, dtype and device
+        ctx.saved_tensors  # noqa: B018 - raises if logits or target were modified in place
+        return ctx.plan.run(dloss), None, None, None, None

@@ -369,6 +369,24 @@ def test_ce_never_modifies_logits_under_autograd():
     assert torch.equal(x.detach(), x0)
 
 
+def test_ce_autograd_refuses_logits_changed_in_place_and_repeats_a_retained_backward():
+    """The autograd Function prepares the backward's launch in the forward (views of the logits):
+    logits changed in place before backward must raise autograd's version error, not give the
+    gradient of other logits; a retained graph's second backward gives the same gradient."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 33, generator=g).to(DEV).requires_grad_(True)
+    t = torch.tensor([0, 3, -100, 32, 7], device=DEV)
+    loss = kernels.cross_entropy(x, t, label_smoothing=0.1)
+    a = torch.autograd.grad(loss, x, retain_graph=True)[0]
+    b = torch.autograd.grad(loss, x)[0]
+    assert torch.equal(a, b)
+    loss = kernels.cross_entropy(x, t)
+    with torch.no_grad():
+        x.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(loss, x)
+
+
 @settings(max_examples=25)
 @given(st.data())
 def test_ce_reproducer_rebuilds_the_exact_tensors(data):
