@@ -1,12 +1,14 @@
-"""softmax backward whose row dot products sum(y * g) are split over column chunks, one program
-each, and accumulated with float atomic adds into a zeroed per-row buffer. Floating-point addition
-is not associative, so the result depends on the order in which the programs' adds land, which on
-a GPU changes from run to run: two calls on the same input can differ in the last bits (the
-sums stay within the error bound, so only bitwise determinism sees it). The bug class: atomics-based
-split reductions (triton-lang/triton #8424 asks for a deterministic tl.atomic_add reduction order;
-Triton offers none). Triton's interpreter runs the
-programs in order, so this mutant stands in for the GPU scheduler by reversing the chunk order of
-its programs on every other call -- that reversal is the only artificial part."""
+"""softmax backward whose row dot products sum(y * g) are split into column chunks whose partial
+sums are accumulated with float atomic adds into a zeroed per-row buffer. Floating-point addition
+is not associative, so the result depends on the order in which the adds land, which for adds
+from concurrent programs changes from run to run on a GPU: two calls on the same input can differ
+in the last bits (the sums stay within the error bound, so only bitwise determinism sees it). The
+bug class: atomics-based split reductions (triton-lang/triton #8424 asks for a deterministic
+tl.atomic_add reduction order; Triton offers none). The stand-in for the scheduler, the only
+artificial part: one program per row issues the chunks' adds in order, reversed on every other
+call. (With one program per chunk, a real race, the GPU ran the adds of a shrunk 18-element case
+in one order five times in a row, so the suite's catch did not reproduce; the interpreter runs
+programs in order anyway.)"""
 import torch
 import triton
 import triton.language as tl
@@ -16,21 +18,21 @@ from kernels._numerics import to_out
 
 from ._base import rows_of
 
-SPLIT = 4  # programs per row in the dot-product pass (chunks of at least 4 columns)
-_CALLS = [0]  # the stand-in for the scheduler: programs run in reverse order on odd calls
+SPLIT = 4  # chunks per row in the dot-product pass (of at least 4 columns)
+_CALLS = [0]  # the stand-in for the scheduler: the chunks' adds in reverse order on odd calls
 
 
 @triton.jit
 def _dot_kernel(Yp, G, WS, n, n_chunks, reverse, F64: tl.constexpr, CHUNK: tl.constexpr):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     row = tl.program_id(0).to(tl.int64)
-    j = tl.program_id(1)
-    c = tl.where(reverse != 0, n_chunks - 1 - j, j)
-    cols = c * CHUNK + tl.arange(0, CHUNK)
-    m = cols < n
-    y = tl.load(Yp + row * n + cols, mask=m, other=0.0).to(CT)
-    g = tl.load(G + row * n + cols, mask=m, other=0.0).to(CT)
-    tl.atomic_add(WS + row, tl.sum(y * g, 0))  # BUG: the order of these adds is not fixed
+    for j in range(0, n_chunks):
+        c = tl.where(reverse != 0, n_chunks - 1 - j, j)
+        cols = c * CHUNK + tl.arange(0, CHUNK)
+        m = cols < n
+        y = tl.load(Yp + row * n + cols, mask=m, other=0.0).to(CT)
+        g = tl.load(G + row * n + cols, mask=m, other=0.0).to(CT)
+        tl.atomic_add(WS + row, tl.sum(y * g, 0))  # BUG: the order of these adds is not fixed
 
 
 @triton.jit
@@ -55,7 +57,7 @@ def softmax_backward(y, dy):
         chunk = max(4, triton.next_power_of_2(triton.cdiv(y2.shape[1], SPLIT)))
         n_chunks = triton.cdiv(y2.shape[1], chunk)
         _CALLS[0] += 1
-        _dot_kernel[(y2.shape[0], n_chunks)](y2, g2, ws, y2.shape[1], n_chunks, _CALLS[0] % 2, F64=f64, CHUNK=chunk)
+        _dot_kernel[(y2.shape[0],)](y2, g2, ws, y2.shape[1], n_chunks, _CALLS[0] % 2, F64=f64, CHUNK=chunk)
         _dx_kernel[(y2.shape[0],)](y2, g2, ws, dx, y2.shape[1], F64=f64,
                                    BLOCK=max(16, triton.next_power_of_2(y2.shape[1])))
     return dx.reshape(y.shape)
