@@ -630,7 +630,7 @@ class BackwardPlan:
     def __init__(self, logits, target, lse, ignore_index: int, reduction: str, label_smoothing: float, stats=None):
         x, t = _rows(logits, target)
         N, V = x.shape
-        self.shape, self.dtype, self.n_rows = logits.shape, logits.dtype, N
+        self.shape, self.dtype, self.device, self.n_rows = logits.shape, logits.dtype, x.device, N
         if N == 0:
             return
         mean = reduction == "mean"
@@ -653,7 +653,7 @@ class BackwardPlan:
 
     def run(self, dloss):
         """dlogits (the logits' dtype and shape, contiguous) for this dloss."""
-        dx = torch.empty((self.n_rows, self.shape[-1]), dtype=self.dtype, device=dloss.device)
+        dx = torch.empty((self.n_rows, self.shape[-1]), dtype=self.dtype, device=self.device)
         if self.n_rows == 0:
             return dx.reshape(self.shape)
         sc = dloss.reshape(-1)  # a view (stride 0 for an expanded dloss) where possible
