@@ -523,9 +523,11 @@ class TargetCheck:
                          f"or equal ignore_index={ig}")
 
 
-def check_targets(target: torch.Tensor, V: int, ignore_index: int, op: str) -> None:
-    """Every target is ignore_index or in [0, V), checked before returning."""
-    TargetCheck(target_stats(target, ignore_index), target, V, ignore_index, op).finish()
+def check_targets(target: torch.Tensor, V: int, ignore_index: int, op: str) -> torch.Tensor:
+    """Every target is ignore_index or in [0, V), checked before returning; returns target_stats."""
+    stats = target_stats(target, ignore_index)
+    TargetCheck(stats, target, V, ignore_index, op).finish()
+    return stats
 
 
 def check_dloss(dloss, target, logits, reduction, op: str) -> None:
@@ -644,10 +646,9 @@ class BackwardPlan:
         self.tail = (N, V, x.stride(0), t.stride(0))
         self.rest = (ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v)
         self.eps_t = EPS
-        self.vec = _vec(V, (x, x.stride(0), 0))  # and dx's rows (fresh, stride V) below
-        self.dx_rows_ok = (V * x.element_size()) % 16 == 0
+        self.dx_rows_ok = (V * x.element_size()) % 16 == 0  # VEC checks x here, dx's rows in run
         self.consts = dict(F64=logits.dtype == torch.float64, SMOOTH=label_smoothing > 0, MEAN=mean,
-                           VEC=self.vec, BLOCK_R=cfg.block_r, BLOCK=cfg.block)
+                           VEC=_vec(V, (x, x.stride(0), 0)), BLOCK_R=cfg.block_r, BLOCK=cfg.block)
         self.note = dict(dtype=str(logits.dtype), SMOOTH=label_smoothing > 0, MEAN=mean, BLOCK_R=cfg.block_r,
                          BLOCK=cfg.block)
 
@@ -660,7 +661,7 @@ class BackwardPlan:
         ss = sc.stride(0) if sc.numel() > 1 else 0
         L.note_variant("ce_bwd", dloss=str(dloss.dtype), **self.note)
         consts = self.consts
-        if self.vec and not (self.dx_rows_ok and dx.data_ptr() % 16 == 0):
+        if consts["VEC"] and not (self.dx_rows_ok and dx.data_ptr() % 16 == 0):
             consts = dict(consts, VEC=0)
         _bwd(self.grid, self.head + (sc, self.stats, dx, self.eps_t) + self.tail + (ss, dx.stride(0)) + self.rest,
              consts, self.num_warps)
@@ -693,23 +694,17 @@ def forward_stats(logits, target, ignore_index=-100, reduction="mean", label_smo
     """(loss, lse, stats): forward, and the target_stats it computed (a backward given them skips
     that launch)."""
     check_args(logits, target, ignore_index, reduction, label_smoothing, "cross_entropy")
-    return forward_trusted(logits, target, ignore_index, reduction, float(label_smoothing))
+    return _forward(logits, target, ignore_index, reduction, float(label_smoothing), False)[:3]
 
 
-@L.on_tensor_device
-def forward_trusted(logits, target, ignore_index: int, reduction: str, label_smoothing: float):
-    """forward_stats for arguments that already passed check_args (the autograd.Function's path:
-    kernels.cross_entropy checked them); the targets' range is checked here."""
-    return _forward(logits, target, ignore_index, reduction, label_smoothing, False)[:3]
-
-
-@L.on_tensor_device
 def forward_for_autograd(logits, target, ignore_index: int, reduction: str, label_smoothing: float):
-    """(loss, lse, stats, BackwardPlan): forward_trusted, with the backward's launch prepared
-    while the GPU runs the forward (before the wait for the targets' check)."""
+    """(loss, lse, stats, BackwardPlan) for arguments that already passed check_args (the
+    autograd.Function's path: kernels.cross_entropy checked them), with the backward's launch
+    prepared while the GPU runs the forward (before the wait for the targets' check)."""
     return _forward(logits, target, ignore_index, reduction, label_smoothing, True)
 
 
+@L.on_tensor_device
 def _forward(logits, target, ignore_index, reduction, label_smoothing, plan: bool):
     stats = _target_stats(target, ignore_index)
     check = TargetCheck(stats, target, logits.shape[-1], ignore_index, "cross_entropy")
@@ -730,8 +725,7 @@ def backward(logits, target, dloss, lse=None, ignore_index=-100, reduction="mean
     check_args(logits, target, ignore_index, reduction, label_smoothing, name)
     check_dloss(dloss, target, logits, reduction, name)
     if lse is None:
-        stats = target_stats(target, ignore_index)
-        TargetCheck(stats, target, logits.shape[-1], ignore_index, name).finish()
+        stats = check_targets(target, logits.shape[-1], ignore_index, name)
         _, lse = forward_rows(logits, target, ignore_index, float(label_smoothing))
     else:
         want = (target.numel(),)
