@@ -471,6 +471,26 @@ def test_ce_bound_of_rows_at_the_float64_limit(eps):
     ce_matches_oracle(case, tg)
 
 
+def test_ce_grad_bound_is_not_first_order_in_the_lse_rounding():
+    """float64 logits all 2**55 (ulp 8), V = 26829, target 0 (found on the H200 by
+    ce_gradient_rows_sum_to_zero): lse = 2**55 + log V = 2**55 + 10.2 rounds to 2**55 + 8, so every
+    p_j = exp(x_j - lse) = e**-8, 9x the exact 1/V -- a backward-stable answer (lse is within half
+    an ulp). The bound linear in the argument's error (8) fell short of e**2.2 - 1 = 8.0001; the
+    exact p expm1(|delta|) covers it."""
+    from .case import CECase
+    from .invariants import ce_gradient_rows_sum_to_zero, ce_matches_oracle
+    from .ops import Target
+    tg = Target("kernels")
+    tg.device = DEV
+    x = S.Logits(1, 26829, "float64", ("const", 2.0**55), (), "bits")
+    case = CECase("cross_entropy_backward", torch.float64, S.Input(x, (), S.Layout()), S.Targets((0,)), -100,
+                  "mean", 0.0, S.DLoss(("const", 1.0)))
+    dx = kernels.cross_entropy_backward(*case.tensors(DEV), reduction="mean")
+    assert abs(float(dx[1]) - math.exp(-8.0)) < 1e-12  # the lse's rounding, as on the GPU
+    ce_matches_oracle(case, tg)
+    ce_gradient_rows_sum_to_zero(case, tg)
+
+
 @pytest.mark.parametrize("dtype,V", [("float32", 81), ("float32", 1000), ("float64", 5000)])
 def test_ce_smoothing_mean_at_the_range_end(dtype, V):
     """Every logit -finfo.max, label_smoothing 0.1, target 0: the exact loss is log V, and the kernel

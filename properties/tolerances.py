@@ -233,12 +233,16 @@ def ce_grad_bound(dtype, p, x, lse_abs_err, lse, g0, scale, is_t, eps, V):
     formed as eps * (1/V): 3u eps/V; 1 - eps: u; the two subtractions u (|p_j - eps/V| + |g0_j|);
     scale (dloss rounded, or dloss/count rounded): u |g0_j|; the product u |g0_j| -- all times
     |scale_i|. FTZ: a flushed p_j moves dx by tiny_c |scale_i|. p is exact (= e/s) where x is
-    -inf (p = 0)."""
+    -inf (p = 0). The argument's error delta moves p by exactly p (e**delta - 1), bounded by
+    p expm1(|delta|), not by its first-order p |delta|: u |lse| (the rounding of lse itself) is
+    O(1) once |lse| ~ 2**53 u-ulps (float64 rows of 3.6e16: lse rounds by up to 4, p by up to
+    e**4; found on the H200, where a row's p was 9x the exact 1/V and the linear bound fell short
+    by 1e-5 relative)."""
     d = torch.where(torch.isfinite(x), (x - lse[..., None]).abs(), 0.0)
 
     def ab(u, err_lse):
         # p = 0 (x - lse may even overflow in float64) is formed exactly: no p term there
-        pt = torch.where(p > 0, p * (d * u + err_lse[..., None] + 4 * u), 0.0)
+        pt = torch.where(p > 0, p * torch.expm1(d * u + err_lse[..., None] + 4 * u), 0.0)
         inner = (pt + 3 * u * eps / V + u * is_t
                  + u * ((p - eps / V).abs() + g0.abs()) + 2 * u * g0.abs())
         return inner * scale.abs()[..., None]
