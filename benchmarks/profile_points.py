@@ -1,0 +1,51 @@
+"""Run one benchmark case of ours a few times, for a profiler to attach to (Nsight Compute):
+the points the benchmark shows below target, profiled with the same data and shapes bench.py times.
+
+    python benchmarks/profile_points.py softmax bwd bfloat16 16384 [--module softmax] [--calls 3]
+    ncu --clock-control none --launch-skip 2 --launch-count 1 --section SpeedOfLight \\
+        --section Occupancy --section LaunchStats --section WarpStateStats \\
+        python3 benchmarks/profile_points.py softmax bwd bfloat16 16384
+
+Prints the case's shape and its fraction of copy (timed with do_bench, before the profiled calls).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+import triton
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from bench import module_cases  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("op")
+    ap.add_argument("pass_", choices=("fwd", "bwd"))
+    ap.add_argument("dtype")
+    ap.add_argument("D", type=int)
+    ap.add_argument("--module", default="softmax", help="case module (softmax, merge, ce)")
+    ap.add_argument("--calls", type=int, default=3, help="calls after the timing (profile the last)")
+    ap.add_argument("--no-time", action="store_true", help="skip the do_bench timing (fewer launches)")
+    a = ap.parse_args()
+    for case in module_cases(a.module, False, ("ours",), [a.D]):
+        if (case["op"], case["pass_"], case["dtype"], case["D"]) != (a.op, a.pass_, a.dtype, a.D):
+            continue
+        fn = case["impls"]["ours"]
+        if not a.no_time:
+            ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+            print(f"{a.op} {a.pass_} {a.dtype} D={a.D} N={case['N']}: {case['nbytes'] / ms / 1e6:.0f} GB/s", flush=True)
+        for _ in range(a.calls):
+            fn()
+        torch.cuda.synchronize()
+        return
+    raise SystemExit(f"no such case: {a.op} {a.pass_} {a.dtype} D={a.D} in cases_{a.module}")
+
+
+if __name__ == "__main__":
+    main()
