@@ -138,6 +138,12 @@ def _plots(rows, C, out):
     for (op, pas) in sorted({(r["op"], r["pass_"]) for r in rows}):
         fig, ax = plt.subplots(figsize=(6, 4))
         sel = [r for r in rows if r["op"] == op and r["pass_"] == pas]
+        # one point per row length: the case with the most rows (few-rows cases are in the table)
+        most = {}
+        for r in sel:
+            k = (r["dtype"], r["impl"], r["D"])
+            most[k] = max(most.get(k, 0), r["N"])
+        sel = [r for r in sel if r["N"] == most[(r["dtype"], r["impl"], r["D"])]]
         for dt in sorted({r["dtype"] for r in sel}):
             for impl in sorted({r["impl"] for r in sel}):
                 pts = sorted((r["D"], r["gbs"]) for r in sel if r["dtype"] == dt and r["impl"] == impl)

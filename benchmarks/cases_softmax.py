@@ -1,5 +1,6 @@
 """Benchmark cases of softmax, log_softmax (forward and backward) and logsumexp: one tensor of
-2**28 elements per input (0.5 GB bf16, 1 GB fp32), random normal data. Model bytes: forward
+2**28 elements per input (0.5 GB bf16, 1 GB fp32), random normal data, and at D = 1,048,576 also
+few rows (N = 8: the team path's case, each row spread over the SMs). Model bytes: forward
 2*N*D*s, backward 3*N*D*s, logsumexp N*D*s + 4*N."""
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 import kernels
 
 ELEMS = 2**28
+FEW_ROWS = 8
 
 
 def _compiled(fn):
@@ -19,10 +21,10 @@ def cases(quick: bool, impls_wanted=("ours", "torch", "compile"), ds=None):
     c_sm = _compiled(lambda x: torch.softmax(x, -1)) if "compile" in impls_wanted else None
     c_lsm = _compiled(lambda x: torch.log_softmax(x, -1)) if "compile" in impls_wanted else None
     c_lse = _compiled(lambda x: torch.logsumexp(x, -1)) if "compile" in impls_wanted else None
+    shapes = [(max(1, ELEMS // D), D) for D in Ds] + [(FEW_ROWS, D) for D in Ds if D >= 2**20]
     for dtype in (torch.bfloat16, torch.float32):
         s = dtype.itemsize
-        for D in Ds:
-            N = max(1, ELEMS // D)
+        for N, D in shapes:
             x = torch.randn(N, D, device="cuda", dtype=dtype)
             y = torch.softmax(x.float(), -1).to(dtype)
             z = torch.log_softmax(x.float(), -1).to(dtype)

@@ -83,7 +83,7 @@ def main():
                 res.append((setting, frac))
             best = max(res, key=lambda r: r[1] if r[1] == r[1] else -1)
             line = "  ".join(f"{s}:{f:.2f}{'*' if (s, f) == best else ''}" for s, f in res)
-            print(f"{case['op']:16s} {case['pass_']:7s} {case['dtype']:8s} D={case['D']:<7d} {line}", flush=True)
+            print(f"{case['op']:16s} {case['pass_']:7s} {case['dtype']:8s} D={case['D']:<7d} N={case['N']:<7d} {line}", flush=True)
             del case, fn
             torch.cuda.empty_cache()
 
