@@ -255,11 +255,17 @@ def _tile(n_cols: int, n_rows: int, dtype: torch.dtype, attention: bool):
     2048 / 512, bfloat16 0.96 against 0.92, D=512 bfloat16 0.97 against 0.93; softmax merge
     float32 D=128 0.99 against 0.92, D=4096 0.98 against 0.94, D=65536 0.98 against 0.94); 2048
     with one per 512 for the 16-bit softmax merge (bfloat16 D=4096 0.98 against 0.84, D=128 0.91
-    against 0.78). MERGE_KERNELS_TILE and MERGE_KERNELS_PER_WARP override them (tuning knobs)."""
+    against 0.78); for 16-bit softmax chunks of at most 512 columns, 8192 with one warp per 2048
+    (two sweeps of the eighth session at D = 128, 64 columns a side: 0.94 and 0.94 against 0.90
+    and 0.91; at D = 4096 it read 0.96 against 0.97-0.98, so longer chunks keep 2048 / 512; the
+    lengths between were not measured). MERGE_KERNELS_TILE and MERGE_KERNELS_PER_WARP override
+    them (tuning knobs)."""
     small = attention or dtype.itemsize >= 4
-    te = int(os.environ.get("MERGE_KERNELS_TILE", 1024 if small else 2048))
-    per_warp = int(os.environ.get("MERGE_KERNELS_PER_WARP", 256 if small else 512))
-    bd = min(te, max(16, triton.next_power_of_2(max(n_cols, 1))))
+    bd = max(16, triton.next_power_of_2(max(n_cols, 1)))
+    short16 = not small and bd <= 512
+    te = int(os.environ.get("MERGE_KERNELS_TILE", 1024 if small else (8192 if short16 else 2048)))
+    per_warp = int(os.environ.get("MERGE_KERNELS_PER_WARP", 256 if small else (2048 if short16 else 512)))
+    bd = min(te, bd)
     br = te // bd
     return br, bd, L._warps(br * bd, per_warp)
 
