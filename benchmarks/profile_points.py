@@ -6,7 +6,8 @@ the points the benchmark shows below target, profiled with the same data and sha
         --section Occupancy --section LaunchStats --section WarpStateStats \\
         python3 benchmarks/profile_points.py softmax bwd bfloat16 16384
 
-Prints the case's shape and its fraction of copy (timed with do_bench, before the profiled calls).
+Prints the case's shape, time and bandwidth (do_bench; with --graph also a CUDA graph's replay,
+which leaves the host's launch cost out), before the profiled calls.
 """
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ def main():
     ap.add_argument("--module", default="softmax", help="case module (softmax, merge, ce)")
     ap.add_argument("--calls", type=int, default=3, help="calls after the timing (profile the last)")
     ap.add_argument("--no-time", action="store_true", help="skip the do_bench timing (fewer launches)")
+    ap.add_argument("--graph", action="store_true",
+                    help="also time a CUDA graph's replay of the call (do_bench_cudagraph): the GPU's time "
+                         "without the host's launch cost, for cases the host limits")
     a = ap.parse_args()
     for case in module_cases(a.module, False, ("ours",), [a.D]):
         if (case["op"], case["pass_"], case["dtype"], case["D"]) != (a.op, a.pass_, a.dtype, a.D):
@@ -39,7 +43,11 @@ def main():
         fn = case["impls"]["ours"]
         if not a.no_time:
             ms = triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
-            print(f"{a.op} {a.pass_} {a.dtype} D={a.D} N={case['N']}: {case['nbytes'] / ms / 1e6:.0f} GB/s", flush=True)
+            line = f"{a.op} {a.pass_} {a.dtype} D={a.D} N={case['N']}: {ms * 1e3:.1f} us, {case['nbytes'] / ms / 1e6:.0f} GB/s"
+            if a.graph:
+                mg = triton.testing.do_bench_cudagraph(fn, rep=50, return_mode="median")
+                line += f"; graph replay {mg * 1e3:.1f} us, {case['nbytes'] / mg / 1e6:.0f} GB/s"
+            print(line, flush=True)
         for _ in range(a.calls):
             fn()
         torch.cuda.synchronize()
