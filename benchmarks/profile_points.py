@@ -2,6 +2,7 @@
 the points the benchmark shows below target, profiled with the same data and shapes bench.py times.
 
     python benchmarks/profile_points.py softmax bwd bfloat16 16384 [--module softmax] [--calls 3]
+    python benchmarks/profile_points.py softmax fwd bfloat16 1048576 --rows 8 --graph --calls 0
     ncu --clock-control none --launch-skip 2 --launch-count 1 --section SpeedOfLight \\
         --section Occupancy --section LaunchStats --section WarpStateStats \\
         python3 benchmarks/profile_points.py softmax bwd bfloat16 16384
@@ -31,6 +32,7 @@ def main():
     ap.add_argument("dtype")
     ap.add_argument("D", type=int)
     ap.add_argument("--module", default="softmax", help="case module (softmax, merge, ce)")
+    ap.add_argument("--rows", type=int, default=0, help="the case with this many rows (default: the first)")
     ap.add_argument("--calls", type=int, default=3, help="calls after the timing (profile the last)")
     ap.add_argument("--no-time", action="store_true", help="skip the do_bench timing (fewer launches)")
     ap.add_argument("--graph", action="store_true",
@@ -39,6 +41,8 @@ def main():
     a = ap.parse_args()
     for case in module_cases(a.module, False, ("ours",), [a.D]):
         if (case["op"], case["pass_"], case["dtype"], case["D"]) != (a.op, a.pass_, a.dtype, a.D):
+            continue
+        if a.rows and case["N"] != a.rows:
             continue
         fn = case["impls"]["ours"]
         if not a.no_time:
