@@ -10,7 +10,7 @@ and prints the table last.
     python benchmarks/bench.py --replot A.json [B.json ...] --out DIR   # plots only, no GPU
 
 --replot draws the PNGs from saved bench.json files (later files win for the same op, pass,
-dtype, row length and implementation), so runs of different implementations can share a plot.
+dtype, shape and implementation), so runs of different implementations can share a plot.
 """
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def main():
             with open(path) as f:
                 d = json.load(f)
             for r in d["rows"]:
-                merged[(r["op"], r["pass_"], r["dtype"], r["D"], r["impl"])] = r
+                merged[(r["op"], r["pass_"], r["dtype"], r["D"], r["N"], r["impl"])] = r
             C = d["copy_gbs"]
         _plots(list(merged.values()), C, args.out)
         return
