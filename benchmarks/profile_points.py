@@ -3,9 +3,9 @@ the points the benchmark shows below target, profiled with the same data and sha
 
     python benchmarks/profile_points.py softmax bwd bfloat16 16384 [--module softmax] [--calls 3]
     python benchmarks/profile_points.py softmax fwd bfloat16 1048576 --rows 8 --graph --calls 0
-    ncu --clock-control none --launch-skip 2 --launch-count 1 --section SpeedOfLight \\
+    ncu --clock-control none -k regex:_bwd_kernel --launch-count 1 --section SpeedOfLight \\
         --section Occupancy --section LaunchStats --section WarpStateStats \\
-        python3 benchmarks/profile_points.py softmax bwd bfloat16 16384
+        python3 benchmarks/profile_points.py softmax bwd bfloat16 16384 --no-time --calls 1
 
 Prints the case's shape, time and bandwidth (do_bench; with --graph also a CUDA graph's replay,
 which leaves the host's launch cost out), before the profiled calls.

@@ -235,9 +235,9 @@ def ce_grad_bound(dtype, p, x, lse_abs_err, lse, g0, scale, is_t, eps, V):
     |scale_i|. FTZ: a flushed p_j moves dx by tiny_c |scale_i|. p is exact (= e/s) where x is
     -inf (p = 0). The argument's error delta moves p by exactly p (e**delta - 1), bounded by
     p expm1(|delta|), not by its first-order p |delta|: u |lse| (the rounding of lse itself) is
-    O(1) once |lse| ~ 2**53 u-ulps (float64 rows of 3.6e16: lse rounds by up to 4, p by up to
-    e**4; found on the H200, where a row's p was 9x the exact 1/V and the linear bound fell short
-    by 1e-5 relative)."""
+    O(1) once |lse| reaches 1/u (float64 rows of 2**55: lse rounds by up to 4, p by up to e**4;
+    found on the H200, where a row's p was 9x the exact 1/V and the linear bound fell short by
+    1e-5 relative)."""
     d = torch.where(torch.isfinite(x), (x - lse[..., None]).abs(), 0.0)
 
     def ab(u, err_lse):
