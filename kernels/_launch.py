@@ -202,7 +202,8 @@ class Config:
 
 def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False) -> Config:
     """Tuning knobs for the GPU (benchmarks/sweep.py): SOFTMAX_KERNELS_TILE{,_BWD} (elements
-    per program) and SOFTMAX_KERNELS_PER_WARP{,_BWD} (elements per warp) for 16/32-bit rows."""
+    per program) and SOFTMAX_KERNELS_PER_WARP{,_BWD} (elements per warp) for 16/32-bit rows,
+    SOFTMAX_KERNELS_SPLIT_BLOCK (the 16/32-bit forward's split chunks)."""
     mb = max_block(dtype, backward)
     bd = max(16, triton.next_power_of_2(max(n_cols, 1)))
     if dtype == torch.float64:
