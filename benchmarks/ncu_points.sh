@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Nsight Compute on the benchmark points below target (issue 6), one kernel launch each, clocks left
 # alone: DRAM bytes against the model's, L2 hit rate, throughput, occupancy and registers. Then the
-# few-rows cases timed with and without a CUDA graph (the host's launch cost). Logs go to $OUT.
+# few-rows cases timed with and without a CUDA graph (the host's launch cost). The full ncu output
+# goes to one file, $OUT/ncu.log (the device tool returns at most 8 files).
 #   OUT=/tmp/o bash benchmarks/ncu_points.sh
 set -u
 OUT=${OUT:-./ncu-out}; mkdir -p "$OUT"
 M=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__block_size,launch__grid_size,gpu__time_duration.sum,smsp__inst_executed.sum
 run() {  # name, kernel regex, launch count, profile_points arguments...
   local name=$1 k=$2 n=$3; shift 3
+  echo "== $name: $*" | tee -a "$OUT/ncu.log"
   timeout 120 ncu --clock-control none -k "regex:$k" --launch-count "$n" --metrics "$M" \
-    python3 benchmarks/profile_points.py "$@" --no-time --calls 1 > "$OUT/ncu_$name.log" 2>&1
-  echo "== $name: $*"
-  grep -E "^  [a-z_]+kernel|dram__|lts__|sm__|launch__|gpu__time|smsp__" "$OUT/ncu_$name.log" | sed 's/  */ /g'
+    python3 benchmarks/profile_points.py "$@" --no-time --calls 1 > "$OUT/one.log" 2>&1
+  cat "$OUT/one.log" >> "$OUT/ncu.log"
+  grep -E "^  [a-z_]+kernel|dram__|lts__|sm__|launch__|gpu__time|smsp__" "$OUT/one.log" | sed 's/  */ /g'
+  rm -f "$OUT/one.log"
 }
 run loop_fwd_bf16_65536 _fwd_loop_kernel 1 softmax fwd bfloat16 65536
 run loop_bwd_bf16_65536 _bwd_loop_kernel 1 softmax bwd bfloat16 65536
@@ -20,6 +23,7 @@ run whole_bwd_bf16_16384 _bwd_kernel 1 softmax bwd bfloat16 16384
 run lse_bf16_16384 _fwd_kernel 1 logsumexp fwd bfloat16 16384
 run split_bwd_bf16_1m _bwd_kernel 2 softmax bwd bfloat16 1048576
 run split_fwd_bf16_1m _fwd_kernel 2 softmax fwd bfloat16 1048576
+run merge_bf16_128 _softmax_merge_kernel 1 softmax_merge fwd bfloat16 128 --module merge
 for c in "softmax fwd bfloat16" "softmax bwd bfloat16" "softmax fwd float32" "softmax bwd float32"; do
   timeout 60 python3 benchmarks/profile_points.py $c 1048576 --rows 8 --graph --calls 0 2>&1 | tail -1
 done
