@@ -18,6 +18,15 @@ from .invariants import REGISTRY
 DEV = "cuda" if torch.cuda.is_available() and not kernels.interpreting() else "cpu"
 
 
+def _kernels_target():
+    """The project's kernels as a suite target (properties/ops.Target) on DEV, for calling an
+    invariant directly on a fixed case."""
+    from .ops import Target
+    tg = Target("kernels")
+    tg.device = DEV
+    return tg
+
+
 # ---------------------------------------------------------------------------- the FP64 oracle
 @given(st.lists(st.floats(-700, 700), min_size=1, max_size=12))
 def test_fp64_oracle_matches_mpmath(row):
@@ -408,9 +417,7 @@ def test_ce_reductions_agree_accepts_an_overflowing_sum():
     version comparing the rows' float64 sum against the sum as the reference failed here."""
     from .case import CECase
     from .invariants import ce_reductions_agree
-    from .ops import Target
-    tg = Target("kernels")
-    tg.device = DEV
+    tg = _kernels_target()
     lg = S.Logits(2, 2, "float16", ("const", 0.0), ((-1, 1, 2, -40000.0),))
     case = CECase("cross_entropy", torch.float16, S.Input(lg, (2,), S.Layout()), S.Targets((1, 1)), -100, "sum", 0.0)
     assert bool(torch.isinf(kernels.cross_entropy(*case.tensors(DEV), **case.kwargs())))
@@ -423,9 +430,7 @@ def test_ce_reductions_agree_when_mean_times_count_overflows():
     The law's mean * count must not overflow where the sum does not."""
     from .case import CECase
     from .invariants import ce_reductions_agree
-    from .ops import Target
-    tg = Target("kernels")
-    tg.device = DEV
+    tg = _kernels_target()
     big = torch.finfo(torch.float64).max
     lg = S.Logits(3, 2, "float64", ("const", 0.0), ((0, 0, 1, big),))
     case = CECase("cross_entropy", torch.float64, S.Input(lg, (3,), S.Layout()), S.Targets((1, 0, 0)), -100,
@@ -442,9 +447,7 @@ def test_vjp_bounds_cover_a_subnormal_rounded_y():
     the H200); a bound missing the second-order term du_i * sum_j du_j |g_j| rejected it."""
     from .case import Case
     from .invariants import vjp_matches_finite_differences, vjp_matches_fp64_autograd
-    from .ops import Target
-    tg = Target("kernels")
-    tg.device = DEV
+    tg = _kernels_target()
     x = S.Logits(1, 255, "float16", ("normal", 0, 3.0), ((0, 0, 1, 17.0),), "moderate")
     g = S.Logits(1, 255, "float16", ("const", 65504.0), (), "constant")
     case = Case("softmax_backward", torch.float16, (S.Input(x, (), S.Layout()), S.Input(g, (), S.Layout())))
@@ -460,9 +463,7 @@ def test_ce_bound_of_rows_at_the_float64_limit(eps):
     eps = 0 made it NaN, which the comparison reads as 0, so the tolerance was half an ulp."""
     from .case import CECase
     from .invariants import ce_matches_oracle, ce_truth
-    from .ops import Target
-    tg = Target("kernels")
-    tg.device = DEV
+    tg = _kernels_target()
     big = torch.finfo(torch.float64).max
     x = S.Logits(1, 2, "float64", ("const", big), (), "huge")
     case = CECase("cross_entropy", torch.float64, S.Input(x, (), S.Layout()), S.Targets((0,)), -100, "mean", eps)
@@ -479,9 +480,7 @@ def test_ce_grad_bound_is_not_first_order_in_the_lse_rounding():
     exact p expm1(|delta|) covers it."""
     from .case import CECase
     from .invariants import ce_gradient_rows_sum_to_zero, ce_matches_oracle
-    from .ops import Target
-    tg = Target("kernels")
-    tg.device = DEV
+    tg = _kernels_target()
     x = S.Logits(1, 26829, "float64", ("const", 2.0**55), (), "bits")
     case = CECase("cross_entropy_backward", torch.float64, S.Input(x, (), S.Layout()), S.Targets((0,)), -100,
                   "mean", 0.0, S.DLoss(("const", 1.0)))
@@ -499,9 +498,7 @@ def test_ce_smoothing_mean_at_the_range_end(dtype, V):
     at a quarter scale (kernels/_cross_entropy.py); the interpreter showed it from V = 1000."""
     from .case import CECase
     from .invariants import ce_matches_oracle
-    from .ops import Target
-    tg = Target("kernels")
-    tg.device = DEV
+    tg = _kernels_target()
     low = -torch.finfo(getattr(torch, dtype)).max
     x = S.Logits(1, V, dtype, ("const", low), (), "huge")
     case = CECase("cross_entropy", getattr(torch, dtype), S.Input(x, (), S.Layout()), S.Targets((0,)), -100,
