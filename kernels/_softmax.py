@@ -366,7 +366,7 @@ def _bwd_kernel(
     A, G, DX, PS, PK,
     n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, n_chunks,
     OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, DCOL: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr, RELOAD: tl.constexpr,
 ):
     """OP 0: dx = y * (g - sum(y * g)).  OP 1: dx = g - exp(z) * sum(g).  A is y or z.
 
@@ -414,6 +414,11 @@ def _bwd_kernel(
     if F64:
         dx = _out64(a, g, tot, k, OP)
     else:
+        if RELOAD:
+            # read the row again (L1 or L2: the same bytes, so bitwise the same dx) rather than
+            # hold it in float32 across the sums: fewer registers, more programs per SM
+            a = to_f32(tl.load(ap, mask=vmask, other=other_a, cache_modifier=".ca"))
+            g = to_f32(tl.load(gp, mask=vmask, other=0.0, cache_modifier=".ca"))
         dx = _out32(a, g, tot, mg, OP)
     doff = _row_off(rows, n1, sd0, sd1, TWO_AXES)
     if DCOL == 0:
@@ -577,7 +582,7 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         sdc = plan.out_col_strides[0] or 1
         vec = L.vec_ok(plan.n_cols, (ax, sa0, sa1), (gx, sg0, sg1), (dx, sd0, sd1))
         common = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc), VEC=vec,
-                      TWO_AXES=plan.n1 < plan.n_rows, enable_fp_fusion=False,
+                      TWO_AXES=plan.n1 < plan.n_rows, RELOAD=L.bwd_reload(a.dtype, cfg, op == LOG_SOFTMAX), enable_fp_fusion=False,
                       BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
         if not cfg.split:
