@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .reference import row_stats, softmax
+from .reference import row_stats, row_sum, softmax
 
 
 def _f64(t):
@@ -38,7 +38,7 @@ def loss_rows(x, t, ignore_index: int = -100, label_smoothing: float = 0.0) -> t
         loss = logs - (xt - ms)
     else:
         keep = 1 - eps
-        mean_d = (x / V - (ms / V)[..., None]).sum(-1)
+        mean_d = row_sum(x / V - (ms / V)[..., None])
         loss = (keep * logs - (keep * xt - keep * ms)) + eps * (logs - mean_d)
     loss = torch.where(fin, loss, float("nan"))  # NaN, +inf, or only -inf in the row
     return torch.where(ign, 0.0, loss)

@@ -16,6 +16,26 @@ def _f64(t: torch.Tensor) -> torch.Tensor:
     return t.detach().to(torch.float64)
 
 
+def row_sum(t: torch.Tensor, keepdim: bool = False) -> torch.Tensor:
+    """Sum over the last axis by pairwise halving (padding with exact zeros): every sum is a
+    binary tree of depth ceil(log2 D), within the tolerance table's depth(D), whatever the
+    tensor's layout or device. torch's own sum is not: on a GPU it summed a 246-column row held
+    with column stride 2 in one sequential chain, 42 u off for softmax of [10.25, 0, ..., 0] in
+    float64 (the kernel was within half an ulp; the H200 run of the ninth session)."""
+    n = t.shape[-1]
+    if n == 0:
+        out = t.new_zeros(t.shape[:-1] + (1,))
+    else:
+        while n > 1:
+            if n % 2:
+                t = torch.cat([t, t.new_zeros(t.shape[:-1] + (1,))], -1)
+                n += 1
+            t = t[..., : n // 2] + t[..., n // 2:]
+            n //= 2
+        out = t
+    return out if keepdim else out[..., 0]
+
+
 def row_stats(x: torch.Tensor):
     """(m, finite, d, e, s) per row: max, whether it is finite, x - m, exp(x - m), sum of e."""
     x = _f64(x)
@@ -28,7 +48,7 @@ def row_stats(x: torch.Tensor):
     ms = torch.where(fin, m, 0.0)
     d = x - ms[..., None]
     e = torch.where(fin[..., None], torch.exp(d), 0.0)
-    s = e.sum(-1)
+    s = row_sum(e)
     return m, fin, d, e, s
 
 
@@ -50,24 +70,23 @@ def logsumexp(x: torch.Tensor) -> torch.Tensor:
 def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     """dx = y * (dy - sum(y * dy)): the VJP the Jacobian y_i (delta_ij - y_j) gives."""
     y, g = _f64(y), _f64(dy)
-    dot = (y * g).sum(-1, keepdim=True)
+    dot = row_sum(y * g, keepdim=True)
     # where the FP64 dot overflows although the row is finite, work on g / s (s a power of two).
-    # An overflow can also read NaN: torch sums with several accumulators, and one may reach +inf
-    # while another reaches -inf (in a finite row a NaN dot can come from nothing else)
+    # An overflow can also read NaN: the pairwise sum's halves may reach +inf and -inf (in a finite row a NaN dot can come from nothing else)
     s = _scale(g)
     gs = g / s
-    scaled = y * (gs - (y * gs).sum(-1, keepdim=True)) * s
+    scaled = y * (gs - row_sum(y * gs, keepdim=True)) * s
     return torch.where(~torch.isfinite(dot) & _finite_rows(y, g), scaled, y * (g - dot))
 
 
 def log_softmax_backward(z: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:
     """dx = dz - exp(z) * sum(dz): the Jacobian of log_softmax is delta_ij - softmax_j."""
     z, g = _f64(z), _f64(dz)
-    S = g.sum(-1, keepdim=True)
+    S = row_sum(g, keepdim=True)
     ez = torch.exp(z)
     s = _scale(g)
     gs = g / s
-    scaled = (gs - ez * gs.sum(-1, keepdim=True)) * s
+    scaled = (gs - ez * row_sum(gs, keepdim=True)) * s
     # exp(z) > 0 for every z > -inf, so exp(z) * (+-inf) is +-inf even where exp(z) underflows
     # (float64 below z = -745; a float32 kernel's exp below -103): only exp(-inf) = 0 gives NaN
     ez_inf = torch.where((ez == 0) & (z > -math.inf) & torch.isinf(S), 1.0, ez)

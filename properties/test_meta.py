@@ -44,6 +44,34 @@ def test_fp64_oracle_matches_mpmath(row):
     assert abs(lse.item() - m_lse) <= u * (abs(m_lse) + D + 10 + 2 * 745)
 
 
+def _one_chain_sum(t, keepdim=False):
+    """A sum in one sequential chain of additions, as torch's CUDA sum did on a column-strided row."""
+    out = t.cumsum(-1)[..., -1:] if t.shape[-1] else t.new_zeros(t.shape[:-1] + (1,))
+    return out if keepdim else out[..., 0]
+
+
+@pytest.mark.parametrize("summed_by", ["row_sum", "one_chain"])
+def test_fp64_oracle_sums_meet_the_depth_contract(summed_by, monkeypatch):
+    """The tolerance table charges the FP64 oracle's row sums depth(D) u, as it charges a kernel's
+    (tolerances docstring); the oracle sums by pairwise halving (oracles.reference.row_sum) so
+    that holds on every layout and device. Row [c, 0, ..., 0] of 4096 columns with exp(-c) =
+    0.75 ulp(1): a one-chain sum gains a quarter ulp of 1 per addition (~2000 u in y_0), a tree
+    of depth 12 at most 12 u. softmax_bound's oracle share for y_0 (d_0 = 0, H ~ 0) is
+    (depth(D) + 10) u = 41 u. Under `one_chain` the check must fail: it can."""
+    from oracles import reference
+    from . import tolerances as T
+    if summed_by == "one_chain":
+        monkeypatch.setattr(reference, "row_sum", _one_chain_sum)
+    n = 4096
+    c = 52 * math.log(2) - math.log(0.75)
+    x = torch.zeros(2, n, dtype=torch.float64)
+    x[:, 0] = c
+    y0 = oracles.softmax(x.t().contiguous().t())[0, 0].item()  # the layout of the GPU's failing case
+    exact = oracles.mp_softmax([c] + [0.0] * (n - 1))[0]
+    within = abs(y0 - exact) <= exact * T.U_ORACLE * (T.depth(n) + 10)
+    assert within == (summed_by == "row_sum"), (summed_by, (y0 - exact) / exact / T.U_ORACLE)
+
+
 def _agrees(a, b, *, zero_signs: bool = False, atol: float = 0.0, ulps: int = 0) -> bool:
     """a and b (tensors or lists) have one number of elements and agree elementwise: equal within
     relative 1e-12 (and absolute atol), or within `ulps` ulp of b's dtype where b is finite and
