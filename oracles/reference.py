@@ -72,7 +72,8 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     y, g = _f64(y), _f64(dy)
     dot = row_sum(y * g, keepdim=True)
     # where the FP64 dot overflows although the row is finite, work on g / s (s a power of two).
-    # An overflow can also read NaN: the pairwise sum's halves may reach +inf and -inf (in a finite row a NaN dot can come from nothing else)
+    # An overflow can also read NaN: the pairwise sum's halves may reach +inf and -inf (in a
+    # finite row a NaN dot can come from nothing else)
     s = _scale(g)
     gs = g / s
     scaled = y * (gs - row_sum(y * gs, keepdim=True)) * s
