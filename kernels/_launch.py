@@ -215,8 +215,11 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False) -> Confi
         per_warp, tile = 512, 2048
     elif dtype.itemsize == 2:
         # the same sweep: 2048-element tiles, 32 elements per thread: 0.98-0.99 at D = 128 and
-        # 1024 (8192-element tiles: 0.81-0.98)
-        per_warp, tile = 1024, 2048
+        # 1024 (8192-element tiles: 0.81-0.98). Whole rows of 16384: 8 warps, not 16 (H200,
+        # ninth session, two sweeps each: logsumexp 0.64 -> 0.81, softmax 0.86 -> 0.88,
+        # log_softmax 0.87 -> 0.89; 4 warps read 0.89 / 0.90 but logsumexp 0.71; float32 keeps
+        # 16: 0.98 against 0.97)
+        per_warp, tile = (2048 if 16384 <= bd <= mb else 1024), 2048
     else:
         per_warp, tile = 1024, tile_elems(dtype)
     if dtype != torch.float64:
@@ -224,11 +227,6 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False) -> Confi
         per_warp = int(os.environ.get("SOFTMAX_KERNELS_PER_WARP" + sfx, per_warp))
         tile = int(os.environ.get("SOFTMAX_KERNELS_TILE" + sfx, tile))
     if bd <= mb:
-        if dtype.itemsize == 2 and not backward and bd >= 16384 and "SOFTMAX_KERNELS_PER_WARP" not in os.environ:
-            # whole 16-bit rows of 16384: 8 warps, not 16 (H200, ninth session, two sweeps each:
-            # logsumexp 0.64 -> 0.81, softmax 0.86 -> 0.88, log_softmax 0.87 -> 0.89; 4 warps
-            # read 0.89 / 0.90 but logsumexp 0.71; float32 keeps 16: 0.98 against 0.97)
-            per_warp = 2048
         br = max(1, tile // bd)
         return Config(br, bd, False, 1, _warps(br * bd, per_warp))
     if dtype != torch.float64 and not backward:
