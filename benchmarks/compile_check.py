@@ -32,7 +32,7 @@ for F64 in (False, True):
                      "sa0": "i64", "sa1": "i64", "sg0": "i64", "sg1": "i64", "sd0": "i64", "sd1": "i64", "sdc": "i32", "n_chunks": "i32",
                      "OP": "constexpr", "PHASE": "constexpr", "F64": "constexpr", "DCOL": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "NC": "constexpr", "RELOAD": "constexpr"}
                 c = {"OP": op, "PHASE": phase, "F64": F64, "DCOL": 0, "VEC": True, "TWO_AXES": phase == 0, "BLOCK_R": 1 if phase else 32, "BLOCK_D": 1024 if phase else 128, "NC": 8 if phase else 1,
-                     "RELOAD": not F64 and phase == 0}
+                     "RELOAD": (2 if op == 0 else 1) if not F64 and phase == 0 else 0}
                 try:
                     k = triton.compile(ASTSource(K._bwd_kernel, s, c), target=tgt, options={"num_warps": 4})
                     print("bwd ok", dt, phase, op)

@@ -259,21 +259,23 @@ def loop_config(backward: bool) -> tuple:
     return chunk, _warps(chunk, 512 if backward else 1024)
 
 
-def bwd_reload(dtype: torch.dtype, cfg: Config, log_softmax: bool) -> bool:
-    """Whether the 16/32-bit whole-row backward reads its row again for the output instead of
-    holding it in float32 across the row sums (the RELOAD constexpr). Rows of 16384 bf16 columns
-    took 127 (softmax) and 102 (log_softmax) registers x 512 threads, one program per SM
-    (Nsight Compute, softmax: warps active 24 %, 0.67 of copy). Reloading, ptxas -v (triton 3.6,
-    sm_90a) counts 60 for log_softmax (two programs per SM) and 97 for softmax (still one: its
-    row is held across a further reduction for the overflow scaling). On the H200 (sweep,
-    ninth session): log_softmax 0.68 -> 0.78, softmax 0.67 -> 0.63; so log_softmax only.
-    SOFTMAX_KERNELS_RELOAD=0/1 overrides (whole rows only; the split path never reloads)."""
+def bwd_reload(dtype: torch.dtype, cfg: Config, log_softmax: bool) -> int:
+    """How often the 16/32-bit whole-row backward reads its row again instead of holding it in
+    float32 across its reductions (the RELOAD constexpr): 0 never; 1 for the output; 2 (softmax)
+    also for the products y * g, after the reduction that sets their scaling. Rows of 16384 bf16
+    columns took 127 (softmax) and 102 (log_softmax) registers x 512 threads, one program per SM
+    (Nsight Compute, softmax: warps active 24 %, 0.67 of copy). ptxas -v (triton 3.6, sm_90a):
+    log_softmax at 1: 60 (two programs per SM; on the H200 0.68 -> 0.78); softmax at 1: 97 (still
+    one program; 0.67 -> 0.63), at 2: 64 (two programs; NOT YET RUN ON A GPU).
+    SOFTMAX_KERNELS_RELOAD=0/1/2 overrides (whole rows only; the split path never reloads)."""
     if dtype == torch.float64 or cfg.split:
-        return False
+        return 0
     env = os.environ.get("SOFTMAX_KERNELS_RELOAD")
     if env:
-        return env not in ("0", "")
-    return log_softmax and dtype.itemsize == 2 and cfg.block_d >= 16384
+        return int(env)
+    if dtype.itemsize != 2 or cfg.block_d < 16384:
+        return 0
+    return 1 if log_softmax else 2
 
 
 def _warps(elems: int, per_warp: int = 1024) -> int:

@@ -312,6 +312,14 @@ def _out64(a, g, tot, k, OP: tl.constexpr):
 
 
 @triton.jit
+def _q1_32(a, g):
+    """softmax backward, 16/32-bit: (q1, max|g|), q1 the power of two g is scaled by so that
+    y * g cannot overflow float32 (see _terms32)."""
+    ma, mg = max2(tl.abs(a), tl.abs(g))
+    return tl.minimum(tl.maximum(ebits32(ma) + ebits32(mg) - 378, 0), 126), mg
+
+
+@triton.jit
 def _terms32(a, g, OP: tl.constexpr):
     """16/32-bit inputs, float32 arithmetic: the row-sum terms t (y * g, or g), the row's power
     of two q1, max|g| and max|t|. q1 is 0 unless y * g could overflow float32 (|y| |g| >= 2**128):
@@ -319,8 +327,7 @@ def _terms32(a, g, OP: tl.constexpr):
     float64. (q1 <= 126: y * dy terms beyond 2**252 -- |y| above 2**124, not a softmax output --
     overflow.)"""
     if OP == 0:
-        ma, mg = max2(tl.abs(a), tl.abs(g))
-        q1 = tl.minimum(tl.maximum(ebits32(ma) + ebits32(mg) - 378, 0), 126)
+        q1, mg = _q1_32(a, g)
         t = a * (g * pow2f(-q1)[:, None])
         return t, q1, mg, tl.max(tl.abs(t), 1)
     else:
@@ -396,7 +403,18 @@ def _bwd_kernel(
         tl.static_assert(BLOCK_D <= 16384, "sum_exact32 is exact for rows of at most 2**14")
         a = to_f32(a)
         g = to_f32(g)
-        term, q1, mg, mt = _terms32(a, g, OP)
+        if RELOAD == 2 and OP == 0:
+            # the row is read a second time for the products y * g, after the reduction that
+            # sets their scaling, and a third time for the output: only the products are held
+            q1, mg = _q1_32(a, g)
+            # (evict_last: the load must differ from the output's reload, or the two are merged
+            # and the row is held after all)
+            a = to_f32(tl.load(ap, mask=vmask, other=other_a, eviction_policy="evict_last"))
+            g = to_f32(tl.load(gp, mask=vmask, other=0.0, eviction_policy="evict_last"))
+            term = a * (g * pow2f(-q1)[:, None])
+            mt = tl.max(tl.abs(term), 1)
+        else:
+            term, q1, mg, mt = _terms32(a, g, OP)
     if PHASE == 2:
         tot, k = _split_total(PS, PK, rows, rmask, n_chunks, NC)
     elif F64:
@@ -414,7 +432,7 @@ def _bwd_kernel(
     if F64:
         dx = _out64(a, g, tot, k, OP)
     else:
-        if RELOAD:
+        if RELOAD >= 1:
             # read the row again (L1 or L2: the same bytes, so bitwise the same dx) rather than
             # hold it in float32 across the sums: fewer registers, more programs per SM
             a = to_f32(tl.load(ap, mask=vmask, other=other_a, cache_modifier=".ca"))
