@@ -20,8 +20,10 @@ All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
   largest magnitude (exact), then summed as above: absolute error below ``n * 2**-79 * max|v|``.
   Non-finite input falls back to an ordinary sum (NaN or the infinity, order-free).
 * ``sum_exp(e)``: the fast forward sum (16/32-bit inputs): float32 values in [0, 1], rows of at
-  most 2**14, each rounded to a multiple of 2**-39 in float32 and summed in float64, where every
-  partial sum is then exact. Error below ``2 u s + n * 2**-40``.
+  most 2**14, each rounded to a multiple of 2**-39 in float32 (by adding 2**-16, subtracted
+  from the total) and summed in float64, where every partial sum is then exact. Error below
+  ``2 u s + n * 2**-40``. Only for finite rows: NaN and inf rows are the caller's (``rowmax``).
+* ``rowmax``: ``tl.max`` that keeps NaN at the same cost on the GPU.
 * ``sum_exact32(t)``: the fast backward sum (16/32-bit inputs): float32 values, rows of at most
   2**14, each rounded to a multiple of 2**(k-39) (2**k above the row's largest magnitude) by
   adding and subtracting a constant, then summed exactly in float64. Error below
@@ -85,16 +87,31 @@ def exp_ct(x, F64: tl.constexpr):
 
 
 @triton.jit
+def _f64_of_normal(v):
+    """float32 -> float64, exact for a positive normal v, by moving its bits (exponent rebiased by
+    1023 - 127 = 896, mantissa shifted left by 29) with two integer instructions instead of the
+    conversion, which runs on the GPU's XU pipe with exp (16 per clock per SM, a quarter of the
+    ALU rate): the 16-bit logsumexp, one exp and one conversion per element, was bound by it
+    (Nsight Compute, ninth session). Zero, negatives, subnormals, inf and NaN give finite garbage."""
+    b = v.to(tl.int32, bitcast=True).to(tl.int64)
+    return ((b << 29) + (896 << 52)).to(tl.float64, bitcast=True)
+
+
+@triton.jit
 def sum_exp(e):
     """Order-independent sum of float32 values in [0, 1] over rows of at most 2**14 elements;
-    returns float64. Each value is replaced by (e + 2**-16) - 2**-16: the sum fl(e + 2**-16) is
-    a multiple of its ulp, which is at least 2**-39 and divides 2**-16, so the subtraction is
-    exact and the result a multiple of 2**-39 (rounded by at most u (e + 2**-16), u = 2**-24:
-    within the tolerance table's float32 sum). Every partial sum is then a multiple of 2**-39
-    below 2**14, i.e. below 2**53 units: float64 adds it exactly, in any order. Error below
-    2u s + n 2**-40 (the row max contributes exp(0) = 1, so s >= 1). NaN and inf pass through."""
-    r = (e + _T16) - _T16
-    return tl.sum(r.to(tl.float64), 1)
+    returns float64. Each value is replaced by r = fl(e + 2**-16), a multiple of its ulp, which
+    is at least 2**-39 (rounded by at most u (e + 2**-16), u = 2**-24: within the tolerance
+    table's float32 sum). Every partial sum of the r is then a multiple of 2**-39 below 2**14
+    (2**53 units: float64 adds it exactly, in any order) -- or, if it reaches 2**14, every e is
+    above 0.74 and every r a multiple of 2**-24, partial sums below 2**15: exact again. The row's
+    n * 2**-16 is subtracted from the exact total, exactly (the difference, the exact sum of
+    the r - 2**-16, is a multiple of 2**-39 below 2**14). Error below 2u s + n 2**-40 (the row
+    max contributes exp(0) = 1, so s >= 1). The r are normal and positive, so they widen by
+    their bits (_f64_of_normal). Rows holding NaN or inf, or with e outside [0, 1], give a
+    finite meaningless sum: the caller takes such rows from their max (rowmax keeps NaN)."""
+    r = e + _T16  # in [2**-16, 1 + 2**-16]: a normal float32, a multiple of 2**-39
+    return tl.sum(_f64_of_normal(r), 1) - e.shape[1] * _T16
 
 
 @triton.jit
@@ -108,6 +125,21 @@ def ebits32(v):
 def pow2f(e):
     """2**e as float32 for an int32 e in [-126, 127]."""
     return ((e + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def rowmax(x):
+    """Row maxima that propagate NaN, at tl.max's cost on the GPU (max.NaN.f32 in the combine);
+    the interpreter runs a custom reduction element by element: nanmax there."""
+    if _INTERPRET:
+        return nanmax(x)
+    else:
+        return tl.reduce(x, 1, _maxnan_combine)
+
+
+@triton.jit
+def _maxnan_combine(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit

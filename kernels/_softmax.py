@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import _pow2, ebits32, exp_ct, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, sum_exact32, sum_exp, sum_parts, sum_scaled, sum_unit, to_f32, to_out, widen
+from ._numerics import _pow2, ebits32, exp_ct, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, rowmax, sum_exact32, sum_exp, sum_parts, sum_scaled, sum_unit, to_f32, to_out, widen
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 WHOLE, PARTIAL, FINISH = 0, 1, 2
@@ -187,16 +187,15 @@ def _fwd_kernel(
 @triton.jit
 def _stats32(x):
     """16/32-bit forward, one tile of rows (float32): (m, s, ms, d, e) with m the row max (NaN if
-    the row holds a NaN), s = sum exp(x - m) in float64 (order-independent, _numerics.sum_exp),
-    ms = m where finite (else 0), d = x - ms, e = exp(d). tl.max may drop a NaN, but exp(x - ms)
-    is NaN for that element and the sum carries it: m is set to NaN from it."""
-    m = tl.max(x, 1)
+    the row holds a NaN: rowmax), s = sum exp(x - m) in float64 (order-independent,
+    _numerics.sum_exp), ms = m where finite (else 0), d = x - ms, e = exp(d). s means something
+    only where m is finite (then every e is in [0, 1]); every caller takes the other rows from m
+    (softmax and log_softmax NaN, logsumexp m, the merges of partials by their max)."""
+    m = rowmax(x)
     ms = tl.where(tl.abs(m) < float("inf"), m, 0.0)
     d = x - ms[:, None]
     e = exp_ftz(d)
-    s64 = sum_exp(e)  # NaN exactly when the row holds a NaN (e <= 1 or inf otherwise)
-    m = tl.where(s64 != s64, float("nan"), m)
-    return m, s64, ms, d, e
+    return m, sum_exp(e), ms, d, e
 
 
 @triton.jit
