@@ -92,13 +92,16 @@ def _f64_of_normal(v):
     1023 - 127 = 896, mantissa shifted left by 29) with two integer instructions instead of the
     conversion, which runs on the GPU's XU pipe with exp (16 per clock per SM, a quarter of the
     ALU rate): the 16-bit logsumexp, one exp and one conversion per element, was bound by it
-    (Nsight Compute, ninth session). Zero, negatives, subnormals, inf and NaN give finite garbage."""
+    (Nsight Compute, ninth session). Zero, negatives, subnormals, inf and NaN give finite garbage.
+    It costs registers, though (ptxas, triton 3.6: the float32 forward at 16384 columns 63 -> 72,
+    one program per SM instead of two, 0.98 -> 0.88 of copy on the H200): for the 16-bit
+    logsumexp only, which reads half the bytes per exp of the others."""
     b = v.to(tl.int32, bitcast=True).to(tl.int64)
     return ((b << 29) + (896 << 52)).to(tl.float64, bitcast=True)
 
 
 @triton.jit
-def sum_exp(e):
+def sum_exp(e, BITS: tl.constexpr):
     """Order-independent sum of float32 values in [0, 1] over rows of at most 2**14 elements;
     returns float64. Each value is replaced by r = fl(e + 2**-16), a multiple of its ulp, which
     is at least 2**-39 (rounded by at most u (e + 2**-16), u = 2**-24: within the tolerance
@@ -107,11 +110,16 @@ def sum_exp(e):
     above 0.74 and every r a multiple of 2**-24, partial sums below 2**15: exact again. The row's
     n * 2**-16 is subtracted from the exact total, exactly (the difference, the exact sum of
     the r - 2**-16, is a multiple of 2**-39 below 2**14). Error below 2u s + n 2**-40 (the row
-    max contributes exp(0) = 1, so s >= 1). The r are normal and positive, so they widen by
-    their bits (_f64_of_normal). Rows holding NaN or inf, or with e outside [0, 1], give a
-    finite meaningless sum: the caller takes such rows from their max (rowmax keeps NaN)."""
+    max contributes exp(0) = 1, so s >= 1). The r are normal and positive: with BITS they widen
+    by their bits (_f64_of_normal) instead of the conversion. Rows holding NaN or inf, or with e
+    outside [0, 1], give a meaningless sum: the caller takes such rows from their max (rowmax
+    keeps NaN)."""
     r = e + _T16  # in [2**-16, 1 + 2**-16]: a normal float32, a multiple of 2**-39
-    return tl.sum(_f64_of_normal(r), 1) - e.shape[1] * _T16
+    if BITS:
+        r64 = _f64_of_normal(r)
+    else:
+        r64 = r.to(tl.float64)
+    return tl.sum(r64, 1) - e.shape[1] * _T16
 
 
 @triton.jit

@@ -149,7 +149,7 @@ def _fwd_kernel(
         s64 = sum_unit(e)
     else:
         tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
-        m, s64, ms, d, e = _stats32(x)
+        m, s64, ms, d, e = _stats32(x, OP == 2 and X.dtype.element_ty.primitive_bitwidth == 16)
         fin = tl.abs(m) < float("inf")
     if PHASE != 2:
         if PHASE == 1:
@@ -185,7 +185,7 @@ def _fwd_kernel(
 
 
 @triton.jit
-def _stats32(x):
+def _stats32(x, BITS: tl.constexpr):
     """16/32-bit forward, one tile of rows (float32): (m, s, ms, d, e) with m the row max (NaN if
     the row holds a NaN: rowmax), s = sum exp(x - m) in float64 (order-independent,
     _numerics.sum_exp), ms = m where finite (else 0), d = x - ms, e = exp(d). s means something
@@ -195,7 +195,7 @@ def _stats32(x):
     ms = tl.where(tl.abs(m) < float("inf"), m, 0.0)
     d = x - ms[:, None]
     e = exp_ftz(d)
-    return m, sum_exp(e), ms, d, e
+    return m, sum_exp(e, BITS), ms, d, e
 
 
 @triton.jit
@@ -250,7 +250,7 @@ def _fwd_loop_kernel(
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
             mask = tl.max_constancy(mask, [1, 16])
         x = to_f32(tl.load(xp, mask=mask, other=float("-inf")))
-        mc, sc, ms_c, d_c, e_c = _stats32(x)
+        mc, sc, ms_c, d_c, e_c = _stats32(x, OP == 2 and X.dtype.element_ty.primitive_bitwidth == 16)
         M, S = _online_merge(M, S, mc.to(tl.float64), sc)
     m = M.to(tl.float32)  # exact: M is one of the row's float32 values (or +-inf / NaN)
     s = S.to(tl.float32)
