@@ -35,6 +35,13 @@ def sm_bwd_subnormal_scaling():
     return bool((out == 0).all()), out
 
 
+def sm_bwd_opposite_max():
+    """float64 y = [1, 0], dy = [-max, max]: dx = [0, 0] (g - sum overflows; 0 times it is 0)."""
+    y = oracles.softmax(torch.tensor([1.0, -10000.0], dtype=torch.float64)).to(DEV)
+    out = kernels.softmax_backward(y, torch.tensor([-F64MAX, F64MAX], dtype=torch.float64, device=DEV))
+    return bool((out == 0).all()), out
+
+
 def lsm_bwd_tiny_exp_float32():
     """float32 z near -104 times a sum of finfo(float32).max: exp(z) must keep its bits."""
     x = torch.tensor([45.0, 17.5, 1.5, -29.5, -24.75, -58.75, -54.5], dtype=torch.float32)
@@ -91,7 +98,7 @@ def lsm_bwd_oracle_sum_reads_nan():
 
 if __name__ == "__main__":
     bad = 0
-    for f in (lsm_bwd_overflowing_sum, sm_bwd_subnormal_scaling, lsm_bwd_tiny_exp_float32,
+    for f in (lsm_bwd_overflowing_sum, sm_bwd_subnormal_scaling, sm_bwd_opposite_max, lsm_bwd_tiny_exp_float32,
               ce_smoothing_below_float32, lsm_bwd_dim0_bitwise, lsm_bwd_nan_z_infinite_sum,
               lsm_bwd_neg_inf_z_infinite_sum, lsm_bwd_oracle_sum_reads_nan):
         ok, seen = f()

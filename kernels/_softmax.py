@@ -295,12 +295,16 @@ def _split_total(PS, PK, rows, rmask, n_chunks, NC: tl.constexpr):
 def _out64(a, g, tot, k, OP: tl.constexpr):
     """float64 inputs: dx from the row sum tot * 2**k. Where the full sum is representable, the
     plain formula (small g keep every bit); where it overflows, work in units of 2**k (the result
-    overflows only if the exact VJP does; there |g| * 2**-k < n + 1)."""
+    overflows only if the exact VJP does; there |g| * 2**-k < n + 1). softmax: also where a
+    finite g - sum overflows (|g| and |sum| near the float64 maximum, opposite signs: y = 0 times
+    it must give 0, not NaN; the H200 found y = [1, 0], dy = [-max, max])."""
     full = ldexp(tot, k)
     plain = tl.abs(full) < float("inf")
     gs = ldexp(g, -k[:, None])
     if OP == 0:
-        dx = tl.where(plain[:, None], a * (g - full[:, None]), ldexp(a * (gs - tot[:, None]), k[:, None]))
+        diff = g - full[:, None]
+        fine = plain[:, None] & ((tl.abs(diff) < float("inf")) | (tl.abs(g) == float("inf")))
+        dx = tl.where(fine, a * diff, ldexp(a * (gs - tot[:, None]), k[:, None]))
     else:
         ez = tl.exp(a)
         # exp(z) > 0 for z > -inf: times an infinite sum it is infinite even where exp underflows

@@ -77,7 +77,10 @@ def softmax_backward(y: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
     s = _scale(g)
     gs = g / s
     scaled = y * (gs - row_sum(y * gs, keepdim=True)) * s
-    return torch.where(~torch.isfinite(dot) & _finite_rows(y, g), scaled, y * (g - dot))
+    # so also where a finite dot and a g of opposite signs, both near the maximum, overflow in
+    # g - dot: y = 0 times that is 0, not NaN (y = [1, 0], dy = [-max, max]: dx = [0, 0])
+    plain = y * (g - dot)
+    return torch.where(~torch.isfinite(plain) & _finite_rows(y, g), scaled, plain)
 
 
 def log_softmax_backward(z: torch.Tensor, dz: torch.Tensor) -> torch.Tensor:

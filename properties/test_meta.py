@@ -554,7 +554,8 @@ def test_lsm_bwd_bound_when_the_sum_of_abs_dz_overflows():
 
 
 _SPECIAL_X = [-math.inf, -300.0, -150.0, -100.0, -70.0, -1.0, 0.0, 1.0, 88.0, math.inf, math.nan]
-_SPECIAL_G = [math.inf, -math.inf, math.nan, 0.0, 1.0, -1.0, 3.0e38, -3.0e38, 1e-40, 6e4]
+_SPECIAL_G = [math.inf, -math.inf, math.nan, 0.0, 1.0, -1.0, 3.0e38, -3.0e38, 1e-40, 6e4,
+              1.7976931348623157e308, -1.7976931348623157e308]
 
 
 @pytest.mark.parametrize("op", ["softmax_backward", "log_softmax_backward"])
@@ -563,7 +564,10 @@ def test_vjp_special_value_grid(op, dtype):
     """Every pair of special logits and every pair of special cotangents, each row of two
     columns (9,900 rows in one call): the VJP of the rounded forward matches the oracle under the
     tolerance table, NaN for NaN and each infinity exactly. The H200 found two such rows the random
-    draws had missed on the CPU (z = -inf or NaN with an infinite sum of dz)."""
+    draws had missed on the CPU (z = -inf or NaN with an infinite sum of dz). softmax: a row of
+    finite y (a softmax output) and finite dy has a finite VJP, checked apart from the oracle:
+    dx_i = y_i sum_j y_j (g_i - g_j), so |dx_i| <= 2 y_i (1 - y_i) max|g| <= max|g| / 2 (the H200
+    found y = [1, 0], dy = [-max, max] in float64: kernel and oracle both read 0 * inf = NaN)."""
     from .invariants import truth
     from . import tolerances as T
     xs = torch.tensor([[a, b] for a in _SPECIAL_X for b in _SPECIAL_X], dtype=torch.float64)
@@ -574,6 +578,13 @@ def test_vjp_special_value_grid(op, dtype):
     a = fwd(x).to(dtype)
     out = getattr(kernels, op)(a.to(DEV), g.to(DEV)).cpu()
     ref, tol = truth(op, dtype, [a, g])
+    if op == "softmax_backward":
+        fin = (torch.isfinite(a.double()) & torch.isfinite(g.double())).all(-1)
+        for name, v in (("kernel", out), ("oracle", ref)):
+            nonfinite = fin & ~torch.isfinite(v.double()).all(-1)
+            assert not bool(nonfinite.any()), (f"{name}: a non-finite VJP of a finite row, first "
+                                               f"y={a[nonfinite][0].tolist()} dy={g[nonfinite][0].tolist()} "
+                                               f"dx={v[nonfinite][0].tolist()}")
     bad = T.compare(out, ref, T.total_tolerance(tol, ref, dtype, dtype), dtype)
     if bool(bad.any()):
         i = int(bad.any(-1).nonzero()[0])
