@@ -211,8 +211,11 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False) -> Confi
     elif backward:
         # swept on the H200 (benchmarks/sweep.py, 2026-11-29): 2048-element tiles with 16
         # elements per thread were best or within 0.02 of best at D = 128 ... 4096 in bf16
-        # (0.92-0.94 of copy; the 8192-element default of the forward gave 0.50-0.88) and fp32
-        per_warp, tile = 512, 2048
+        # (0.92-0.94 of copy; the 8192-element default of the forward gave 0.50-0.88) and fp32.
+        # Rows of at most 256: 1024-element tiles (tenth session, two sweeps: bf16 log_softmax
+        # 0.88 -> 0.90-0.91, softmax 0.91-0.92 -> 0.92-0.93, fp32 log_softmax D=128 0.97 ->
+        # 1.03; at 512 and 1024 they lose 0.03-0.08 in bf16)
+        per_warp, tile = 512, (1024 if bd <= 256 else 2048)
     elif dtype.itemsize == 2:
         # the same sweep: 2048-element tiles, 32 elements per thread: 0.98-0.99 at D = 128 and
         # 1024 (8192-element tiles: 0.81-0.98). Whole rows of 16384: 8 warps, not 16 (H200,
@@ -249,13 +252,17 @@ def loop_rows(device) -> int:
     return 2 * torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def loop_config(backward: bool) -> tuple:
-    """(chunk, num_warps) of the looped long-row kernels: 8192 columns with 32 per thread
+def loop_config(backward: bool, dtype: torch.dtype) -> tuple:
+    """(chunk, num_warps) of the looped long-row kernels: 16-bit, 8192 columns with 32 per thread
     forward, 4096 with 16 per thread backward (ptxas -v, triton 3.6, sm_90: 59-64 and 48-64
-    registers, no spills, so three or four programs per SM; 16384-column chunks with 16 warps took
-    59-76 / 91-125 registers, one program per SM). Not yet tuned on the GPU.
+    registers, no spills, so three or four programs per SM); float32, 16384 columns both ways
+    (16 warps). Swept on the H200 (tenth session, two sweeps of chunks 4096 ... 16384):
+    float32 at 65536 forward 0.67 -> 0.71, backward 0.62 -> 0.68 (softmax) and 0.76 -> 0.81
+    (log_softmax), at 262144 within 0.01, logsumexp 1.00 -> 0.98; bfloat16 best or within 0.01
+    at its defaults, except logsumexp (4096: 0.70 -> 0.74 at 65536; not taken, one op).
     SOFTMAX_KERNELS_LOOP_BLOCK{,_BWD} overrides the chunk (at most 16384)."""
-    chunk = int(os.environ.get("SOFTMAX_KERNELS_LOOP_BLOCK" + ("_BWD" if backward else ""), 4096 if backward else 8192))
+    default = 16384 if dtype.itemsize == 4 else (4096 if backward else 8192)
+    chunk = int(os.environ.get("SOFTMAX_KERNELS_LOOP_BLOCK" + ("_BWD" if backward else ""), default))
     return chunk, _warps(chunk, 512 if backward else 1024)
 
 

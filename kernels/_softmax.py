@@ -570,7 +570,7 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
         _fwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](x, y, y, y, *args, OP=op, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
         return
     if _looped(plan, dtype, x.device):
-        chunk, warps = L.loop_config(backward=False)
+        chunk, warps = L.loop_config(backward=False, dtype=dtype)
         loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], YCOL=common["YCOL"], BLOCK_D=chunk)
         L.note_variant("fwd_loop", dtype=str(dtype), **loop)
         _fwd_loop_kernel[(plan.n_rows,)](x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc,
@@ -610,7 +610,7 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
             L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, **common)
             _bwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](ax, gx, dx, dx, dx, *args, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
         elif _looped(plan, a.dtype, a.device):
-            chunk, warps = L.loop_config(backward=True)
+            chunk, warps = L.loop_config(backward=True, dtype=a.dtype)
             loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], DCOL=common["DCOL"], BLOCK_D=chunk)
             L.note_variant("bwd_loop", dtype=str(a.dtype), **loop)
             _bwd_loop_kernel[(plan.n_rows,)](ax, gx, dx, plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc,
