@@ -200,10 +200,17 @@ class Config:
     num_warps: int
 
 
-def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False) -> Config:
+def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False, lse: bool = False) -> Config:
     """Tuning knobs for the GPU (benchmarks/sweep.py): SOFTMAX_KERNELS_TILE{,_BWD} (elements
     per program) and SOFTMAX_KERNELS_PER_WARP{,_BWD} (elements per warp) for 16/32-bit rows,
-    SOFTMAX_KERNELS_SPLIT_BLOCK (the 16/32-bit forward's split chunks)."""
+    SOFTMAX_KERNELS_SPLIT_BLOCK (the 16/32-bit forward's split chunks). logsumexp (lse) takes
+    the forward's, then SOFTMAX_KERNELS_{TILE,PER_WARP}_LSE where set, and
+    SOFTMAX_KERNELS_MIN_WARPS (default 4) is the fewest warps of a program: logsumexp reads
+    two bytes per exp in bf16 and is issue-bound at short rows, where fewer threads per row
+    share the per-row work (ptxas, triton 3.6, sm_90a: bf16 D = 1024, 2 rows per program, 4 / 2
+    / 1 warps: 23.0 / 16.5 / 12.9 SASS instructions per element; D = 128: 21.0 / 19.0 / 18.3;
+    D = 4096, 4 / 2 warps: 14.5 / 12.4; a full-bandwidth read leaves ~16). Not yet swept on
+    the GPU: the defaults are unchanged."""
     mb = max_block(dtype, backward)
     bd = max(16, triton.next_power_of_2(max(n_cols, 1)))
     if dtype == torch.float64:
@@ -225,19 +232,24 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False) -> Confi
         per_warp, tile = (2048 if 16384 <= bd <= mb else 1024), 2048
     else:
         per_warp, tile = 1024, tile_elems(dtype)
+    lo = 4
     if dtype != torch.float64:
         sfx = "_BWD" if backward else ""
         per_warp = int(os.environ.get("SOFTMAX_KERNELS_PER_WARP" + sfx, per_warp))
         tile = int(os.environ.get("SOFTMAX_KERNELS_TILE" + sfx, tile))
+        if lse:
+            per_warp = int(os.environ.get("SOFTMAX_KERNELS_PER_WARP_LSE", per_warp))
+            tile = int(os.environ.get("SOFTMAX_KERNELS_TILE_LSE", tile))
+        lo = int(os.environ.get("SOFTMAX_KERNELS_MIN_WARPS", lo))
     if bd <= mb:
         br = max(1, tile // bd)
-        return Config(br, bd, False, 1, _warps(br * bd, per_warp))
+        return Config(br, bd, False, 1, _warps(br * bd, per_warp, lo))
     if dtype != torch.float64 and not backward:
         # split rows: the 16/32-bit forward's chunks are 4096 columns (the H200, eighth session,
         # 256 rows of 2**20: bf16 0.53-0.55 of copy against 0.34-0.35 with 16384-column chunks,
         # fp32 0.62 against 0.59; the backward read 0.13-0.26 either way, so it keeps max_block)
         mb = min(mb, int(os.environ.get("SOFTMAX_KERNELS_SPLIT_BLOCK", 4096)))
-    return Config(1, mb, True, triton.cdiv(n_cols, mb), _warps(mb, per_warp))
+    return Config(1, mb, True, triton.cdiv(n_cols, mb), _warps(mb, per_warp, lo))
 
 
 def loop_rows(device) -> int:
@@ -285,8 +297,8 @@ def bwd_reload(dtype: torch.dtype, cfg: Config, log_softmax: bool) -> int:
     return 1 if log_softmax else 2
 
 
-def _warps(elems: int, per_warp: int = 1024) -> int:
-    return max(4, min(16, elems // per_warp))
+def _warps(elems: int, per_warp: int = 1024, lo: int = 4) -> int:
+    return max(lo, min(16, elems // per_warp))
 
 
 def block_boundaries(dtype: torch.dtype = torch.float32) -> list:

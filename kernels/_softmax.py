@@ -555,7 +555,7 @@ def _forward(x: torch.Tensor, dim: int, op: int, name: str) -> torch.Tensor:
 
 
 def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -> None:
-    cfg = L.row_config(plan.n_cols, dtype)
+    cfg = L.row_config(plan.n_cols, dtype, lse=op == LOGSUMEXP)
     (x,) = plan.inputs
     (sx0, sx1), = plan.in_strides
     (sy0, sy1), = plan.out_strides
