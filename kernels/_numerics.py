@@ -95,7 +95,7 @@ def _f64_of_normal(v):
     (Nsight Compute, ninth session). Zero, negatives, subnormals, inf and NaN give finite garbage.
     It costs registers, though (ptxas, triton 3.6: the float32 forward at 16384 columns 63 -> 72,
     one program per SM instead of two, 0.98 -> 0.88 of copy on the H200; bf16 log_softmax at
-    D = 128, 32 -> 40: 0.98 -> 0.92). Used where it paid on the H200 (tenth session, two sweeps
+    D = 128, 32 -> 39: 0.98 -> 0.92). Used where it paid on the H200 (tenth session, two sweeps
     each): the 16-bit logsumexp (16384: 0.82 -> 0.87; no change at D <= 1024) and 16-bit whole
     rows of 16384 (softmax 0.88 -> 0.90, log_softmax 0.89 -> 0.92)."""
     b = v.to(tl.int32, bitcast=True).to(tl.int64)
