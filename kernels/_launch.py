@@ -285,7 +285,7 @@ def bwd_reload(dtype: torch.dtype, cfg: Config, log_softmax: bool) -> int:
     columns took 127 (softmax) and 102 (log_softmax) registers x 512 threads, one program per SM
     (Nsight Compute, softmax: warps active 24 %, 0.67 of copy). ptxas -v (triton 3.6, sm_90a):
     log_softmax at 1: 60 (two programs per SM; on the H200 0.68 -> 0.78); softmax at 1: 97 (still
-    one program; 0.67 -> 0.63), at 2: 64 (two programs; NOT YET RUN ON A GPU).
+    one program; 0.67 -> 0.63), at 2: 64 (two programs; 0.67 -> 0.79-0.81, tenth session).
     SOFTMAX_KERNELS_RELOAD=0/1/2 overrides (whole rows only; the split path never reloads)."""
     if dtype == torch.float64 or cfg.split:
         return 0
