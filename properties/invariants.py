@@ -345,6 +345,37 @@ def vjp_rows_sum_to_zero(case, target):
              i, expected[i] * u, total[i] * u, bound[i] * u)
 
 
+@invariant("softmax_backward")
+def softmax_vjp_within_cotangent_spread(case, target):
+    """|dx_i| <= |y_i| (sum_j |y_j| (max g - min g) + |1 - sum_j y_j| |g_i|), plus the kernel's
+    tolerance. The softmax VJP at any y is dx_i = y_i sum_j y_j (g_i - g_j) + y_i (1 - sum y) g_i,
+    so its exact value never leaves that bound (about max|g| / 2 at most, for a softmax output),
+    and a kernel within its tolerance table entry (matches_oracle's bound) never leaves it by more.
+    Unlike matches_oracle, the law does not rest on the FP64 oracle's value: the H200 found
+    y = [1, 0], dy = [-max, max] (float64), where kernel and oracle both read 0 * inf = NaN. In
+    units of s, the power of two above max|g| (no float64 overflow); the bound is evaluated in
+    float64, with a relative slack of (D + 4) 2**-52 for that. Rows with non-finite inputs are left
+    to matches_oracle."""
+    a, g = case.tensors(target.device)
+    n = a.shape[-1]
+    dx = run(target, case.op, a, g).double()
+    if not n:
+        return
+    _, tol = truth(case.op, case.dtype, [a, g])
+    y, g64 = a.double(), g.double()
+    s = oracles.reference._scale(g64)
+    gs = g64 / s
+    spread = gs.amax(-1, keepdim=True) - gs.amin(-1, keepdim=True)
+    exact = y.abs() * (y.abs().sum(-1, keepdim=True) * spread + (1 - y.sum(-1, keepdim=True)).abs() * gs.abs())
+    bound = exact * (1 + (n + 4) * 2.0**-52) + tol / s
+    bad = (finite_rows(a) & finite_rows(g))[..., None] & ~((dx / s).abs() <= bound)
+    if bool(bad.any()):
+        i = worst(bad, (dx / s).abs() / bound)
+        fail("softmax_vjp_within_cotangent_spread", case, target,
+             f"softmax VJP outside its cotangent's spread: {int(bad.sum())} of {bad.numel()} elements "
+             "(expected: the exact bound; tolerance: the kernel's)", i, exact[i] * s[i[:-1] + (0,)], dx[i], tol[i])
+
+
 @invariant(*VJP, families=("moderate", "grid", "one_hot", "constant", "neg_inf_blocks", "huge"))
 def vjp_matches_fp64_autograd(case, target):
     """VJP(y_r, g) == torch FP64 autograd of the forward at x, where y_r is the forward rounded to
