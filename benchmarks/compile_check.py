@@ -20,8 +20,9 @@ for F64 in (False, True):
             for op in (0, 1, 2):
                 s = {"X": f"*{dt}", "Y": f"*{'fp32' if op==2 and not F64 else ('fp64' if F64 else dt)}", "PM": "*fp64", "PS": "*fp64",
                      "n_rows": "i32", "n_cols": "i32", "n1": "i32", "sx0": "i64", "sx1": "i64", "sy0": "i64", "sy1": "i64", "syc": "i32", "n_chunks": "i32",
-                     "OP": "constexpr", "PHASE": "constexpr", "F64": "constexpr", "YCOL": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "NC": "constexpr"}
-                c = {"OP": op, "PHASE": phase, "F64": F64, "YCOL": 0, "VEC": True, "TWO_AXES": phase == 0, "BLOCK_R": 1 if phase else 32, "BLOCK_D": 1024 if phase else 128, "NC": 8 if phase else 1}
+                     "OP": "constexpr", "PHASE": "constexpr", "F64": "constexpr", "YCOL": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "NC": "constexpr", "SUB": "constexpr"}
+                c = {"OP": op, "PHASE": phase, "F64": F64, "YCOL": 0, "VEC": True, "TWO_AXES": phase == 0, "BLOCK_R": 1 if phase else 32, "BLOCK_D": 1024 if phase else 128, "NC": 8 if phase else 1,
+                     "SUB": 4 if op == 2 and phase == 0 and not F64 else 1}
                 try:
                     k = triton.compile(ASTSource(K._fwd_kernel, s, c), target=tgt, options={"num_warps": 4})
                     print("fwd ok", dt, phase, op, k.metadata.shared if hasattr(k, "metadata") else "")

@@ -198,6 +198,7 @@ class Config:
     split: bool  # the row is split into n_chunks chunks of block_d
     n_chunks: int
     num_warps: int
+    sub: int = 1  # logsumexp: each row held as `sub` sub-rows (the forward kernel's SUB)
 
 
 def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False, lse: bool = False) -> Config:
@@ -242,6 +243,11 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False, lse: boo
             tile = int(os.environ.get("SOFTMAX_KERNELS_TILE_LSE", tile))
         lo = int(os.environ.get("SOFTMAX_KERNELS_MIN_WARPS", lo))
     if bd <= mb:
+        sub = _lse_sub(bd) if lse and dtype != torch.float64 else 1
+        if sub > 1:
+            tile = int(os.environ.get("SOFTMAX_KERNELS_TILE_LSE", 4096))
+            br = max(1, tile // bd)
+            return Config(br, bd, False, 1, 4, sub)
         br = max(1, tile // bd)
         return Config(br, bd, False, 1, _warps(br * bd, per_warp, lo))
     if dtype != torch.float64 and not backward:
@@ -250,6 +256,20 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False, lse: boo
         # fp32 0.62 against 0.59; the backward read 0.13-0.26 either way, so it keeps max_block)
         mb = min(mb, int(os.environ.get("SOFTMAX_KERNELS_SPLIT_BLOCK", 4096)))
     return Config(1, mb, True, triton.cdiv(n_cols, mb), _warps(mb, per_warp, lo))
+
+
+def _lse_sub(bd: int) -> int:
+    """Sub-rows per row for the 16/32-bit logsumexp of whole rows of 128 ... 1024 columns (1: a
+    row is one tile row). With 4, a row is held as 4 sub-rows of bd / 4 columns in the same
+    threads (a 4096-element tile, 4 warps: 32 elements per thread in 16-bit, each row's sub-rows
+    in one thread since the tile's rows, 4096 / bd, are a multiple of the rows its 128 threads
+    cover), so fewer threads share a row and its per-row work and shuffles. ptxas (triton 3.6,
+    sm_90a), bf16 SASS per element against the 2-D tile's: D = 128 13.5 / 21.0, 256 13.5,
+    512 13.75, 1024 14.0 / 23.0 (47 registers); fp32 D = 128 14.5 / 26.5. A full-bandwidth
+    16-bit read leaves ~16 per element. NOT YET RUN ON A GPU. SOFTMAX_KERNELS_LSE_SUB overrides
+    (1 turns it off)."""
+    sub = int(os.environ.get("SOFTMAX_KERNELS_LSE_SUB", 4))
+    return sub if 128 <= bd <= 1024 else 1
 
 
 def loop_rows(device) -> int:

@@ -23,7 +23,8 @@ All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
   most 2**14, each rounded to a multiple of 2**-39 in float32 (by adding 2**-16, subtracted
   from the total) and summed in float64, where every partial sum is then exact. Error below
   ``2 u s + n * 2**-40``. Only for finite rows: NaN and inf rows are the caller's (``rowmax``).
-* ``rowmax``: ``tl.max`` that keeps NaN at the same cost on the GPU.
+* ``rowmax``: ``tl.max`` that keeps NaN at the same cost on the GPU. ``sum_exp_sub`` and
+  ``rowmax_sub``: the same over rows held as sub-rows ([SUB, rows, W] tiles).
 * ``sum_exact32(t)``: the fast backward sum (16/32-bit inputs): float32 values, rows of at most
   2**14, each rounded to a multiple of 2**(k-39) (2**k above the row's largest magnitude) by
   adding and subtracting a constant, then summed exactly in float64. Error below
@@ -116,12 +117,24 @@ def sum_exp(e, BITS: tl.constexpr):
     by their bits (_f64_of_normal) instead of the conversion. Rows holding NaN or inf, or with e
     outside [0, 1], give a meaningless sum: the caller takes such rows from their max (rowmax
     keeps NaN)."""
+    return tl.sum(_exp_terms64(e, BITS), 1) - e.shape[1] * _T16
+
+
+@triton.jit
+def sum_exp_sub(e, BITS: tl.constexpr):
+    """sum_exp of a [SUB, rows, W] tile, each row held as SUB sub-rows of W columns: the same
+    terms summed over axes 0 and 2 (exact, so the same sum bitwise)."""
+    return tl.sum(tl.sum(_exp_terms64(e, BITS), 0), 1) - (e.shape[0] * e.shape[2]) * _T16
+
+
+@triton.jit
+def _exp_terms64(e, BITS: tl.constexpr):
+    """sum_exp's terms r = e + 2**-16 in float64 (with BITS by moving their bits)."""
     r = e + _T16  # in [2**-16, 1 + 2**-16]: a normal float32, a multiple of 2**-39
     if BITS:
-        r64 = _f64_of_normal(r)
+        return _f64_of_normal(r)
     else:
-        r64 = r.to(tl.float64)
-    return tl.sum(r64, 1) - e.shape[1] * _T16
+        return r.to(tl.float64)
 
 
 @triton.jit
@@ -145,6 +158,17 @@ def rowmax(x):
         return nanmax(x)
     else:
         return tl.reduce(x, 1, _maxnan_combine)
+
+
+@triton.jit
+def rowmax_sub(x):
+    """rowmax of a [SUB, rows, W] tile (rows held as sub-rows, see sum_exp_sub)."""
+    if _INTERPRET:
+        m = tl.max(tl.max(x, 0), 1)
+        has_nan = tl.max(tl.max((x != x).to(tl.int32), 0), 1) > 0
+        return tl.where(has_nan, float("nan"), m)
+    else:
+        return tl.reduce(tl.reduce(x, 0, _maxnan_combine), 1, _maxnan_combine)
 
 
 @triton.jit

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import _pow2, ebits32, exp_ct, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, rowmax, sum_exact32, sum_exp, sum_parts, sum_scaled, sum_unit, to_f32, to_out, widen
+from ._numerics import _pow2, ebits32, exp_ct, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, rowmax, rowmax_sub, sum_exact32, sum_exp, sum_exp_sub, sum_parts, sum_scaled, sum_unit, to_f32, to_out, widen
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 WHOLE, PARTIAL, FINISH = 0, 1, 2
@@ -112,9 +112,31 @@ def _fwd_kernel(
     X, Y, PM, PS,
     n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc, n_chunks,
     OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, YCOL: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr, SUB: tl.constexpr = 1,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    if SUB > 1:
+        # logsumexp of whole 16/32-bit rows, each held as SUB sub-rows of W columns: tile row
+        # t = c * BLOCK_R + r is chunk c of row r, and with BLOCK_R a multiple of the rows a
+        # program's threads cover, a row's chunks sit in the same thread (_launch.row_config)
+        W: tl.constexpr = BLOCK_D // SUB
+        t = tl.arange(0, SUB * BLOCK_R)
+        rows_t = tl.program_id(0).to(tl.int64) * BLOCK_R + (t % BLOCK_R)
+        cols_t = (t // BLOCK_R)[:, None] * W + tl.arange(0, W)[None, :]
+        xp = X + _row_off(rows_t, n1, sx0, sx1, TWO_AXES)[:, None] + cols_t
+        smask = (rows_t < n_rows)[:, None] & (cols_t < n_cols)
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+            smask = tl.max_constancy(smask, [1, 16])
+        x3 = tl.reshape(to_f32(tl.load(xp, mask=smask, other=float("-inf"))), [SUB, BLOCK_R, W])
+        m = rowmax_sub(x3)
+        fin = tl.abs(m) < float("inf")
+        ms = tl.where(fin, m, 0.0)
+        s = sum_exp_sub(exp_ftz(x3 - ms[None, :, None]), X.dtype.element_ty.primitive_bitwidth == 16).to(tl.float32)
+        lse = tl.where(fin, ms + tl.log(s), m)
+        rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1, TWO_AXES), to_out(lse, Y.dtype.element_ty), mask=rows < n_rows)
+        return
     rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
     rmask = rows < n_rows
     cmask = cols < n_cols
@@ -566,8 +588,9 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
                   BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
     args = (plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc, cfg.n_chunks)
     if not cfg.split:
-        L.note_variant("fwd", OP=op, PHASE=WHOLE, dtype=str(dtype), BLOCK_R=cfg.block_r, **common)
-        _fwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](x, y, y, y, *args, OP=op, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
+        L.note_variant("fwd", OP=op, PHASE=WHOLE, dtype=str(dtype), BLOCK_R=cfg.block_r, SUB=cfg.sub, **common)
+        _fwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](x, y, y, y, *args, OP=op, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1,
+                                                    SUB=cfg.sub, **common)
         return
     if _looped(plan, dtype, x.device):
         chunk, warps = L.loop_config(backward=False, dtype=dtype)
