@@ -210,8 +210,8 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False, lse: boo
     two bytes per exp in bf16 and is issue-bound at short rows, where fewer threads per row
     share the per-row work (ptxas, triton 3.6, sm_90a: bf16 D = 1024, 2 rows per program, 4 / 2
     / 1 warps: 23.0 / 16.5 / 12.9 SASS instructions per element; D = 128: 21.0 / 19.0 / 18.3;
-    D = 4096, 4 / 2 warps: 14.5 / 12.4; a full-bandwidth read leaves ~16). Not yet swept on
-    the GPU: the defaults are unchanged."""
+    D = 4096, 4 / 2 warps: 14.5 / 12.4; a full-bandwidth read leaves ~16); 16-bit logsumexp's
+    default is 2 warps per 4096 elements (swept, below)."""
     mb = max_block(dtype, backward)
     bd = max(16, triton.next_power_of_2(max(n_cols, 1)))
     if dtype == torch.float64:
@@ -234,6 +234,12 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False, lse: boo
     else:
         per_warp, tile = 1024, tile_elems(dtype)
     lo = 4
+    if lse and dtype.itemsize == 2 and bd <= mb:
+        # 16-bit logsumexp of whole rows is issue-bound (two bytes per exp): fewer threads per
+        # row share its per-row work. H200, eleventh session, two sweeps: 2 warps (2048 elements per warp) at
+        # D = 128 ... 1024 (4 sub-rows, 4096-element tiles) 0.84 -> 0.88, at 4096 0.83 -> 0.90,
+        # 16384 unchanged (8 warps, 0.86); 1 warp lost (0.73-0.86); float32 unchanged (0.98-1.02)
+        per_warp, lo = 2048, 2
     if dtype != torch.float64:
         sfx = "_BWD" if backward else ""
         per_warp = int(os.environ.get("SOFTMAX_KERNELS_PER_WARP" + sfx, per_warp))
@@ -247,7 +253,7 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False, lse: boo
         if sub > 1:
             tile = int(os.environ.get("SOFTMAX_KERNELS_TILE_LSE", 4096))
             br = max(1, tile // bd)
-            return Config(br, bd, False, 1, 4, sub)
+            return Config(br, bd, False, 1, _warps(br * bd, per_warp, lo), sub)
         br = max(1, tile // bd)
         return Config(br, bd, False, 1, _warps(br * bd, per_warp, lo))
     if dtype != torch.float64 and not backward:
@@ -266,8 +272,10 @@ def _lse_sub(bd: int) -> int:
     cover), so fewer threads share a row and its per-row work and shuffles. ptxas (triton 3.6,
     sm_90a), bf16 SASS per element against the 2-D tile's: D = 128 13.5 / 21.0, 256 13.5,
     512 13.75, 1024 14.0 / 23.0 (47 registers); fp32 D = 128 14.5 / 26.5. A full-bandwidth
-    16-bit read leaves ~16 per element. NOT YET RUN ON A GPU. SOFTMAX_KERNELS_LSE_SUB overrides
-    (1 turns it off)."""
+    16-bit read leaves ~16 per element. H200 (eleventh session, two sweeps, 4 warps): bf16
+    logsumexp D = 128 ... 1024 0.55-0.63 -> 0.84-0.85 of copy, float32 D = 128 ... 512
+    0.77-0.85 -> 0.98-1.01; the 16-bit default then takes 2 warps (0.88, row_config).
+    SOFTMAX_KERNELS_LSE_SUB overrides (1 turns it off)."""
     sub = int(os.environ.get("SOFTMAX_KERNELS_LSE_SUB", 4))
     return sub if 128 <= bd <= 1024 else 1
 
