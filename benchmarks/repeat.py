@@ -1,0 +1,52 @@
+"""Time a few benchmark cases again and again in one process, to see how far one measurement of
+bench.py can be trusted: each round builds the cases afresh (new random inputs in new memory) and
+times each chosen case TIMES times with bench.py's do_bench, printing the fraction of copy with the
+time since start. A case that reads low in early rounds and high later points at the machine
+(warming up); one that jumps between rounds at its fresh allocations; a steady one is settled.
+
+    python benchmarks/repeat.py --ops logsumexp --dtypes bfloat16 --ds 4096,16384 --rounds 6
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+from bench import bench, copy_bw, module_cases  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="softmax", help="case module (softmax, merge, ce)")
+    ap.add_argument("--ops", default="logsumexp", help="op[:pass] names, comma-separated")
+    ap.add_argument("--dtypes", default="bfloat16", help="dtypes, comma-separated")
+    ap.add_argument("--ds", default="4096,16384", help="row lengths")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--times", type=int, default=3, help="timings per case per round")
+    args = ap.parse_args()
+    wanted = set(args.ops.split(","))
+    dtypes = set(args.dtypes.split(","))
+    t0 = time.time()
+    for r in range(args.rounds):
+        C = copy_bw()
+        print(f"round {r} t={time.time() - t0:6.1f}s copy {C:.0f} GB/s", flush=True)
+        for case in module_cases(args.only, False, ("ours",), [int(d) for d in args.ds.split(",")]):
+            name = f"{case['op']}:{case['pass_']}"
+            if (case["op"] not in wanted and name not in wanted) or case["dtype"] not in dtypes:
+                continue
+            fn = case["impls"]["ours"]
+            fracs = [case["nbytes"] / bench(fn) / 1e6 / C for _ in range(args.times)]
+            print(f"  t={time.time() - t0:6.1f}s {name:18s} {case['dtype']:8s} D={case['D']:<7d} "
+                  + " ".join(f"{f:.2f}" for f in fracs), flush=True)
+            del case, fn
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
