@@ -18,7 +18,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from bench import bench, copy_bw, module_cases  # noqa: E402
+from bench import bench, copy_bw, module_cases, warm_up  # noqa: E402
 
 
 def main():
@@ -29,7 +29,9 @@ def main():
     ap.add_argument("--ds", default="4096,16384", help="row lengths")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--times", type=int, default=3, help="timings per case per round")
+    ap.add_argument("--warmup-s", type=float, default=20, help="seconds of GPU copies before timing (bench.warm_up)")
     args = ap.parse_args()
+    warm_up(args.warmup_s)
     wanted = set(args.ops.split(","))
     dtypes = set(args.dtypes.split(","))
     t0 = time.time()

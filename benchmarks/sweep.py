@@ -26,7 +26,7 @@ import triton
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from bench import copy_bw, module_cases  # noqa: E402
+from bench import copy_bw, module_cases, warm_up  # noqa: E402
 
 
 def _env(setting: str, backward: bool) -> dict:
@@ -61,7 +61,9 @@ def main():
     ap.add_argument("--ops", default="", help="keep only these ops (comma-separated); empty: all")
     ap.add_argument("--ds", default="128,1024,4096,16384", help="row lengths, for modules that take them")
     ap.add_argument("--configs", default="default", help="settings separated by ';' (see the module docstring)")
+    ap.add_argument("--warmup-s", type=float, default=20, help="seconds of GPU copies before timing (bench.warm_up)")
     args = ap.parse_args()
+    warm_up(args.warmup_s)
     C = copy_bw()
     print(f"copy: {C:.0f} GB/s")
     ops = set(filter(None, args.ops.split(",")))
