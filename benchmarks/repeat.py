@@ -44,8 +44,23 @@ def main():
                 continue
             fn = case["impls"]["ours"]
             fracs = [case["nbytes"] / bench(fn) / 1e6 / C for _ in range(args.times)]
+            # the same kernel launched 20 times back to back between two events (no L2 flush, the
+            # host runs ahead of the GPU), and the host's time per launch: where do_bench reads
+            # lower than the loop, the gap between its start event and the kernel (the host's
+            # launch) is in its number
+            fn()
+            torch.cuda.synchronize()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            h0 = time.perf_counter()
+            a.record()
+            for _ in range(20):
+                fn()
+            b.record()
+            host_us = (time.perf_counter() - h0) / 20 * 1e6
+            b.synchronize()
+            loop = case["nbytes"] / (a.elapsed_time(b) / 20) / 1e6 / C
             print(f"  t={time.time() - t0:6.1f}s {name:18s} {case['dtype']:8s} D={case['D']:<7d} "
-                  + " ".join(f"{f:.2f}" for f in fracs), flush=True)
+                  + " ".join(f"{f:.2f}" for f in fracs) + f"  loop {loop:.2f}  host {host_us:.0f} us/launch", flush=True)
             del case, fn
         torch.cuda.empty_cache()
 
