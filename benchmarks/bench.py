@@ -22,7 +22,6 @@ import json
 import math
 import os
 import sys
-import time
 
 import torch
 import triton
@@ -34,25 +33,6 @@ sys.path.insert(0, HERE)
 
 def bench(fn):
     return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-
-def warm_up(seconds: float):
-    """Keep the GPU busy with copies for `seconds` before anything is timed. On the lent H200 the
-    issue-bound bf16 logsumexp read 0.58-0.72 of copy in the first ~12 s of a fresh machine's
-    work and 0.85-0.90 afterwards in the same process (benchmarks/repeat.py, eleventh session),
-    while memory-bound kernels read the same throughout; reported clocks were 1935-1980 MHz in
-    both phases, so the cause is not known. Later dips were seen too: this lowers the odds of a
-    low first reading, it does not rule them out."""
-    if seconds <= 0:
-        return
-    a = torch.empty(2**28, dtype=torch.float32, device="cuda").normal_()
-    b = torch.empty_like(a)
-    start = time.time()
-    while time.time() - start < seconds:
-        for _ in range(20):
-            b.copy_(a)
-        torch.cuda.synchronize()
-    del a, b
 
 
 def copy_bw():
@@ -101,7 +81,6 @@ def main():
     ap.add_argument("--impls", default="ours,torch", help="implementations to time (ours, torch, compile)")
     ap.add_argument("--ds", default="", help="comma-separated row lengths, for modules that take them (softmax)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--warmup-s", type=float, default=20, help="seconds of GPU copies before timing (warm_up)")
     ap.add_argument("--replot", nargs="+", default=None, metavar="JSON", help="plot saved bench.json files, run nothing")
     args = ap.parse_args()
     if args.replot:
@@ -118,7 +97,6 @@ def main():
     names = sorted(os.path.basename(p)[6:-3] for p in glob.glob(os.path.join(HERE, "cases_*.py")))
     if args.only:
         names = [n for n in names if n in args.only.split(",")]
-    warm_up(args.warmup_s)
     C = copy_bw()
     rows = []
     for name in names:

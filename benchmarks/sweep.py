@@ -26,7 +26,8 @@ import triton
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from bench import copy_bw, module_cases, warm_up  # noqa: E402
+from bench import copy_bw, module_cases  # noqa: E402
+from kernels import _launch as kernels_launch  # noqa: E402
 
 
 def _env(setting: str, backward: bool) -> dict:
@@ -45,6 +46,7 @@ def applied(setting: str, backward: bool = False):
     env = _env(setting, backward)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
+    kernels_launch.reload_knobs()  # the kernels read their knobs from a snapshot
     try:
         yield
     finally:
@@ -53,6 +55,7 @@ def applied(setting: str, backward: bool = False):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        kernels_launch.reload_knobs()
 
 
 def main():
@@ -61,9 +64,7 @@ def main():
     ap.add_argument("--ops", default="", help="keep only these ops (comma-separated); empty: all")
     ap.add_argument("--ds", default="128,1024,4096,16384", help="row lengths, for modules that take them")
     ap.add_argument("--configs", default="default", help="settings separated by ';' (see the module docstring)")
-    ap.add_argument("--warmup-s", type=float, default=20, help="seconds of GPU copies before timing (bench.warm_up)")
     args = ap.parse_args()
-    warm_up(args.warmup_s)
     C = copy_bw()
     print(f"copy: {C:.0f} GB/s")
     ops = set(filter(None, args.ops.split(",")))

@@ -59,7 +59,6 @@ bypassed (e.g. calling the kernels directly).
 from __future__ import annotations
 
 import functools
-import os
 import threading
 
 import torch
@@ -377,7 +376,7 @@ def max_tile(dtype: torch.dtype) -> int:
     0.88 / 0.90 / 0.89), against 0.83 / 0.85 / 0.86 with 8192 columns and 16 warps (63
     registers: two programs per SM). Under the interpreter 256, so CPU runs reach the looped and
     split paths on small shapes. CE_KERNELS_MAX_TILE overrides it (a power of two >= 16)."""
-    env = os.environ.get("CE_KERNELS_MAX_TILE")
+    env = L.knob("CE_KERNELS_MAX_TILE")
     if env:
         return int(env)
     if L.interpreting():
@@ -410,7 +409,7 @@ class CEConfig:
         per = triton.cdiv(tiles, chunks)
         self.chunk_cols = per * self.block
         self.n_chunks = triton.cdiv(V, self.chunk_cols)
-        env = os.environ.get("CE_KERNELS_NUM_WARPS")  # a tuning knob for the GPU
+        env = L.knob("CE_KERNELS_NUM_WARPS")  # a tuning knob for the GPU
         self.num_warps = int(env) if env else max(4, min(16, self.block_r * self.block // 512))
 
     def grid(self, n_rows: int):
@@ -426,7 +425,7 @@ def config(n_rows: int, V: int, dtype: torch.dtype, device: torch.device) -> CEC
     """CEConfig for these rows, cached (with the tuning knobs in the key): building one cost
     ~39 us of host time per call on the H200 machine (benchmarks/ce_parts.py --host), twice
     per training step."""
-    knobs = (os.environ.get("CE_KERNELS_MAX_TILE"), os.environ.get("CE_KERNELS_NUM_WARPS"))
+    knobs = (L.knob("CE_KERNELS_MAX_TILE"), L.knob("CE_KERNELS_NUM_WARPS"))
     return _config(n_rows, V, dtype, device, knobs)
 
 

@@ -29,7 +29,6 @@ Row offsets are 64-bit; column offsets 32-bit (a row holds fewer than 2**31 elem
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
@@ -263,8 +262,8 @@ def _tile(n_cols: int, n_rows: int, dtype: torch.dtype, attention: bool):
     small = attention or dtype.itemsize >= 4
     bd = max(16, triton.next_power_of_2(max(n_cols, 1)))
     short16 = not small and bd <= 512
-    te = int(os.environ.get("MERGE_KERNELS_TILE", 1024 if small else (8192 if short16 else 2048)))
-    per_warp = int(os.environ.get("MERGE_KERNELS_PER_WARP", 256 if small else (2048 if short16 else 512)))
+    te = int(L.knob("MERGE_KERNELS_TILE", 1024 if small else (8192 if short16 else 2048)))
+    per_warp = int(L.knob("MERGE_KERNELS_PER_WARP", 256 if small else (2048 if short16 else 512)))
     bd = min(te, bd)
     br = te // bd
     return br, bd, L._warps(br * bd, per_warp)

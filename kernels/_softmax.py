@@ -525,6 +525,9 @@ def _bwd_loop_kernel(
 
 
 JIT_KERNELS = (_fwd_kernel, _bwd_kernel, _fwd_loop_kernel, _bwd_loop_kernel)
+# launched through L.Launcher: after a specialization's first launch, the compiled kernel is
+# called directly (less host time per call; eager calls of short kernels are host-bound)
+_FWD, _BWD, _FWD_LOOP, _BWD_LOOP = (L.Launcher(k) for k in JIT_KERNELS)
 _INT32_MAX = 2**31 - 1
 
 
@@ -583,21 +586,21 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     (sy0, sy1), = plan.out_strides
     syc = plan.out_col_strides[0] or 1
     vec = L.vec_ok(plan.n_cols, (x, sx0, sx1)) and (op == LOGSUMEXP or L.vec_ok(plan.n_cols, (y, sy0, sy1)))
-    common = dict(F64=dtype == torch.float64, YCOL=_col_mode(plan.n_cols, syc), VEC=vec, TWO_AXES=plan.n1 < plan.n_rows,
-                  enable_fp_fusion=False,
-                  BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
+    consts = dict(F64=dtype == torch.float64, YCOL=_col_mode(plan.n_cols, syc), VEC=vec, TWO_AXES=plan.n1 < plan.n_rows,
+                  BLOCK_D=cfg.block_d)
+    common = dict(consts, enable_fp_fusion=False, num_warps=cfg.num_warps)  # what note_variant records
     args = (plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc, cfg.n_chunks)
     if not cfg.split:
         L.note_variant("fwd", OP=op, PHASE=WHOLE, dtype=str(dtype), BLOCK_R=cfg.block_r, SUB=cfg.sub, **common)
-        _fwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](x, y, y, y, *args, OP=op, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1,
-                                                    SUB=cfg.sub, **common)
+        _FWD(_grid(cfg, plan.n_rows, WHOLE), (x, y, y, y) + args,
+             dict(consts, OP=op, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, SUB=cfg.sub), cfg.num_warps, enable_fp_fusion=False)
         return
     if _looped(plan, dtype, x.device):
         chunk, warps = L.loop_config(backward=False, dtype=dtype)
         loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], YCOL=common["YCOL"], BLOCK_D=chunk)
         L.note_variant("fwd_loop", dtype=str(dtype), **loop)
-        _fwd_loop_kernel[(plan.n_rows,)](x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc,
-                                         enable_fp_fusion=False, num_warps=warps, **loop)
+        _FWD_LOOP((plan.n_rows,), (x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc), loop, warps,
+                  enable_fp_fusion=False)
         return
     pm = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=x.device)
     ps = torch.empty_like(pm)
@@ -607,7 +610,8 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
         opp, yy, ncp = (op, y, nc) if phase == FINISH else (SOFTMAX, x, 1)
         L.note_variant("fwd", OP=opp, PHASE=phase, dtype=str(dtype), NC=ncp, **common)
         grid = (plan.n_rows, 1) if (phase == FINISH and op == LOGSUMEXP) else (plan.n_rows, cfg.n_chunks)
-        _fwd_kernel[grid](x, yy, pm, ps, *args, OP=opp, PHASE=phase, BLOCK_R=1, NC=ncp, **common)
+        _FWD(grid, (x, yy, pm, ps) + args, dict(consts, OP=opp, PHASE=phase, BLOCK_R=1, NC=ncp, SUB=1), cfg.num_warps,
+             enable_fp_fusion=False)
 
 
 @L.on_tensor_device
@@ -625,19 +629,20 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         (sd0, sd1), = plan.out_strides
         sdc = plan.out_col_strides[0] or 1
         vec = L.vec_ok(plan.n_cols, (ax, sa0, sa1), (gx, sg0, sg1), (dx, sd0, sd1))
-        common = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc), VEC=vec,
-                      TWO_AXES=plan.n1 < plan.n_rows, RELOAD=L.bwd_reload(a.dtype, cfg, op == LOG_SOFTMAX), enable_fp_fusion=False,
-                      BLOCK_D=cfg.block_d, num_warps=cfg.num_warps)
+        consts = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc), VEC=vec,
+                      TWO_AXES=plan.n1 < plan.n_rows, RELOAD=L.bwd_reload(a.dtype, cfg, op == LOG_SOFTMAX), BLOCK_D=cfg.block_d)
+        common = dict(consts, enable_fp_fusion=False, num_warps=cfg.num_warps)  # what note_variant records
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
         if not cfg.split:
             L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, **common)
-            _bwd_kernel[_grid(cfg, plan.n_rows, WHOLE)](ax, gx, dx, dx, dx, *args, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, **common)
+            _BWD(_grid(cfg, plan.n_rows, WHOLE), (ax, gx, dx, dx, dx) + args,
+                 dict(consts, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1), cfg.num_warps, enable_fp_fusion=False)
         elif _looped(plan, a.dtype, a.device):
             chunk, warps = L.loop_config(backward=True, dtype=a.dtype)
             loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], DCOL=common["DCOL"], BLOCK_D=chunk)
             L.note_variant("bwd_loop", dtype=str(a.dtype), **loop)
-            _bwd_loop_kernel[(plan.n_rows,)](ax, gx, dx, plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc,
-                                             enable_fp_fusion=False, num_warps=warps, **loop)
+            _BWD_LOOP((plan.n_rows,), (ax, gx, dx, plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc),
+                      loop, warps, enable_fp_fusion=False)
         else:
             ps = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=a.device)
             pk = torch.empty_like(ps)
@@ -651,7 +656,8 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
             for phase in (PARTIAL, FINISH):
                 ncp = nc if phase == FINISH else 1
                 L.note_variant("bwd", PHASE=phase, dtype=str(a.dtype), NC=ncp, **common)
-                _bwd_kernel[(plan.n_rows, cfg.n_chunks)](ax, gx, dx, ps, pk, *args, PHASE=phase, BLOCK_R=1, NC=ncp, **common)
+                _BWD((plan.n_rows, cfg.n_chunks), (ax, gx, dx, ps, pk) + args, dict(consts, PHASE=phase, BLOCK_R=1, NC=ncp),
+                     cfg.num_warps, enable_fp_fusion=False)
     return dx.reshape(()) if squeeze else dx
 
 

@@ -691,3 +691,81 @@ def test_direct_launch_matches_the_jit_launch(monkeypatch):
     jit = run()
     for a, b, c in zip(first, again, jit):
         assert torch.equal(a, b) and torch.equal(a, c)
+
+
+@pytest.mark.skipif(DEV != "cuda", reason="direct launches happen on the GPU only (the interpreter runs the JIT function)")
+def test_softmax_family_direct_launch_matches_the_jit_launch(monkeypatch):
+    """The softmax-family forward and backward kernels through Launcher hits and through the JIT
+    function: whole rows (short, with sub-rows for logsumexp, and long), split rows (few rows
+    longer than a block), looped rows (many of them), aligned and unaligned: bitwise equal."""
+    from kernels import _softmax as sm
+    mb = _launch.max_block(torch.float32)
+    shapes = [(300, 128, 0), (300, 129, 1), (5, 2000, 0), (2, 2 * mb + 3, 1),
+              (max(2, _launch.loop_rows(torch.device(DEV))), 2 * mb + 16, 0)]
+
+    def run():
+        out = []
+        for n, d, off in shapes:
+            g = torch.Generator().manual_seed(n + d)
+            for dt in (torch.bfloat16, torch.float32):
+                x = torch.randn(n, d + 1, generator=g).to(DEV, dt)[:, off:off + d]
+                dy = torch.randn(n, d, generator=g).to(DEV, dt)
+                y, z = kernels.softmax(x), kernels.log_softmax(x)
+                out += [y, z, kernels.logsumexp(x), kernels.softmax_backward(y, dy), kernels.log_softmax_backward(z, dy)]
+        return out
+    monkeypatch.setattr(_launch, "DIRECT_LAUNCH", True)
+    first, again = run(), run()  # the second run hits the Launchers' caches
+    assert all(len(k.cache) for k in (sm._FWD, sm._BWD, sm._FWD_LOOP, sm._BWD_LOOP))
+    monkeypatch.setattr(_launch, "DIRECT_LAUNCH", False)
+    jit = run()
+    for a, b, c in zip(first, again, jit):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=0, max_size=3), st.integers(1, 7), st.integers(1, 2), st.booleans())
+def test_contiguous_plan_is_the_general_plan(batch, d, n_in, per_row):
+    """plan_rows' shortcut for contiguous tensors reduced along the last axis gives the general
+    planner's plan, field by field (so the same kernel variant and arguments: VEC and TWO_AXES
+    read the strides)."""
+    xs = [torch.empty(batch + [d]) for _ in range(n_in)]
+    outs = [(torch.empty(batch if per_row else batch + [d]), per_row)]
+    fast = _launch._plan_contiguous(xs, outs)
+    slow = _launch._plan_general(xs, outs, len(batch))
+    assert (fast.n_rows, fast.n_cols, fast.n1, fast.in_strides, fast.out_strides, fast.out_col_strides) == \
+        (slow.n_rows, slow.n_cols, slow.n1, slow.in_strides, slow.out_strides, slow.out_col_strides)
+    assert [t.data_ptr() for t in fast.inputs] == [t.data_ptr() for t in slow.inputs]
+    assert _launch.plan_rows(xs, outs, len(batch)) == fast
+
+
+def test_knobs_are_read_again_on_reload(monkeypatch):
+    """Tuning knobs come from a snapshot of the environment (_launch.knob): a change is seen after
+    reload_knobs(), and row_config's cache follows it."""
+    base = _launch.row_config(128, torch.float32)
+    monkeypatch.setenv("SOFTMAX_KERNELS_TILE", "256")
+    assert _launch.row_config(128, torch.float32) == base  # not reloaded yet
+    _launch.reload_knobs()
+    try:
+        assert _launch.row_config(128, torch.float32).block_r == 2
+    finally:
+        monkeypatch.delenv("SOFTMAX_KERNELS_TILE")
+        _launch.reload_knobs()
+    assert _launch.row_config(128, torch.float32) == base
+
+
+def test_plain_eager_calls_equal_the_library_op():
+    """kernels.softmax / log_softmax / logsumexp call the kernels directly for a plain tensor that
+    needs no gradient (kernels._plain_eager) and the torch.library op otherwise: the same result
+    bitwise, and a gradient where one is needed."""
+    from kernels import library
+    x = torch.randn(6, 37, device=DEV, dtype=torch.float32)
+    for name, op in (("softmax", library.softmax_op), ("log_softmax", library.log_softmax_op),
+                     ("logsumexp", library.logsumexp_op)):
+        assert kernels._plain_eager(x)
+        assert torch.equal(getattr(kernels, name)(x), op(x, -1)), name
+        xg = x.clone().requires_grad_()
+        assert not kernels._plain_eager(xg)
+        out = getattr(kernels, name)(xg)
+        assert out.grad_fn is not None and torch.equal(out.detach(), op(x, -1)), name
+        with torch.no_grad():
+            assert kernels._plain_eager(xg)
