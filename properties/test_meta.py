@@ -669,6 +669,18 @@ def test_launch_tags_refine_tritons_specialization():
             assert seen.setdefault(key, triton_key) == triton_key, (rule, v, tag, triton_key, seen[key])
 
 
+def _direct_equals_jit(monkeypatch, run, launchers):
+    """run() twice through Launcher (the second hits every launcher's cache), once through the JIT
+    function: the three lists of outputs bitwise equal."""
+    monkeypatch.setattr(_launch, "DIRECT_LAUNCH", True)
+    first, again = run(), run()
+    assert all(len(k.cache) for k in launchers)
+    monkeypatch.setattr(_launch, "DIRECT_LAUNCH", False)
+    jit = run()
+    for a, b, c in zip(first, again, jit):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
 @pytest.mark.skipif(DEV != "cuda", reason="direct launches happen on the GPU only (the interpreter runs the JIT function)")
 def test_direct_launch_matches_the_jit_launch(monkeypatch):
     """The same cross-entropy forward and backward through Launcher hits and through the JIT
@@ -684,13 +696,7 @@ def test_direct_launch_matches_the_jit_launch(monkeypatch):
             loss, lse, stats = ce.forward_stats(x, t)
             out += [loss, lse, ce.backward_rows(x, t, torch.ones((), device=DEV), lse, -100, "mean", 0.0, stats)]
         return out
-    monkeypatch.setattr(_launch, "DIRECT_LAUNCH", True)
-    first, again = run(), run()  # the second run hits the Launchers' caches
-    assert all(len(k.cache) for k in (ce._fwd, ce._bwd, ce._targets, ce._reduce))
-    monkeypatch.setattr(_launch, "DIRECT_LAUNCH", False)
-    jit = run()
-    for a, b, c in zip(first, again, jit):
-        assert torch.equal(a, b) and torch.equal(a, c)
+    _direct_equals_jit(monkeypatch, run, (ce._fwd, ce._bwd, ce._targets, ce._reduce))
 
 
 @pytest.mark.skipif(DEV != "cuda", reason="direct launches happen on the GPU only (the interpreter runs the JIT function)")
@@ -713,13 +719,7 @@ def test_softmax_family_direct_launch_matches_the_jit_launch(monkeypatch):
                 y, z = kernels.softmax(x), kernels.log_softmax(x)
                 out += [y, z, kernels.logsumexp(x), kernels.softmax_backward(y, dy), kernels.log_softmax_backward(z, dy)]
         return out
-    monkeypatch.setattr(_launch, "DIRECT_LAUNCH", True)
-    first, again = run(), run()  # the second run hits the Launchers' caches
-    assert all(len(k.cache) for k in (sm._FWD, sm._BWD, sm._FWD_LOOP, sm._BWD_LOOP))
-    monkeypatch.setattr(_launch, "DIRECT_LAUNCH", False)
-    jit = run()
-    for a, b, c in zip(first, again, jit):
-        assert torch.equal(a, b) and torch.equal(a, c)
+    _direct_equals_jit(monkeypatch, run, (sm._FWD, sm._BWD, sm._FWD_LOOP, sm._BWD_LOOP))
 
 
 @settings(max_examples=200, deadline=None)
