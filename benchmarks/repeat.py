@@ -45,10 +45,9 @@ def main():
                 continue
             fn = case["impls"]["ours"]
             fracs = [case["nbytes"] / bench(fn) / 1e6 / C for _ in range(args.times)]
-            # the same kernel launched 20 times back to back between two events (no L2 flush, the
-            # host runs ahead of the GPU), and the host's time per launch: where do_bench reads
-            # lower than the loop, the gap between its start event and the kernel (the host's
-            # launch) is in its number
+            # the same kernel launched 20 times back to back between two events (no L2 flush;
+            # where the host's time per launch is below the kernel's, the host runs ahead and the
+            # loop times the kernels alone), and the host's time per launch
             fn()
             torch.cuda.synchronize()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

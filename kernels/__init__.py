@@ -22,24 +22,25 @@ SUITE_REFUSALS = ()  # the project's kernels refuse no valid input: any exceptio
 
 
 def _plain_eager(x) -> bool:
-    """True where the torch.library op adds nothing but host time: a plain tensor that needs no
-    gradient, outside torch.compile, with no dispatch mode or functorch transform active. There
-    the kernels are called directly: the op's dispatcher, autograd and dynamo layers cost ~20 us
-    per call here and ~100 on the H200 machine's host, where an eager bf16 logsumexp of 0.5 GB
-    (~125 us of kernel) was bound by its ~220 us of host time (benchmarks/repeat.py)."""
-    return (type(x) is torch.Tensor and not (x.requires_grad and torch.is_grad_enabled())
-            and not torch.compiler.is_compiling() and torch._C._len_torch_dispatch_stack() == 0
+    """True where the torch.library op adds nothing but host time: a plain strided tensor (not a
+    subclass, nested or meta) that needs no gradient, outside torch.compile and torch.jit.trace,
+    with no dispatch mode, torch function mode or functorch transform active. There the kernels
+    are called directly: the op's dispatcher, autograd and dynamo layers cost ~20 us per call
+    here and ~100 on the H200 machine's host, where an eager bf16 logsumexp of 0.5 GB (~125 us
+    of kernel) was bound by its ~220 us of host time (benchmarks/repeat.py)."""
+    return (type(x) is torch.Tensor and x.layout == torch.strided and not x.is_nested and not x.is_meta
+            and not (x.requires_grad and torch.is_grad_enabled())
+            and not torch.compiler.is_compiling() and torch._C._get_tracing_state() is None
+            and torch._C._len_torch_dispatch_stack() == 0 and not torch._C._is_torch_function_mode_enabled()
             and torch._C._functorch.peek_interpreter_stack() is None)
 
 
 def _validated(op, name):
-    direct = getattr(_k, name)
-
     def fn(x, dim: int = -1):
         _launch.check_tensor("x", x, name)
         _launch.check_dim(dim, x.ndim, name)
         if _plain_eager(x):
-            return direct(x, dim)
+            return getattr(_k, name)(x, dim)
         return op(x, dim)
     fn.__name__ = name
     fn.__doc__ = getattr(_k, name).__doc__

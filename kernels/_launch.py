@@ -27,7 +27,7 @@ _knobs = None
 
 def knob(name: str, default=None):
     """The tuning knob `name` (an environment variable SOFTMAX_KERNELS_*, MERGE_KERNELS_*,
-    CE_KERNELS_*) as the environment held it at the first launch or the last reload_knobs():
+    CE_KERNELS_*) as the environment held it at the first knob() call or the last reload_knobs():
     reading os.environ on every launch cost ~1 us per knob here and ~5 on the H200 machine's
     host, up to ten per launch. A process that changes these variables after its first launch
     (benchmarks/sweep.py) calls reload_knobs()."""
@@ -44,9 +44,14 @@ def reload_knobs() -> None:
         _row_config.cache_clear()
 
 
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def interpreting() -> bool:
-    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1). Read when this
+    module is imported: triton.jit reads it when the kernels below it are defined, so a later
+    change of the variable would not change how they run either."""
+    return _INTERPRETING
 
 
 def on_tensor_device(fn):
@@ -249,16 +254,18 @@ class Config:
 
 
 def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False, lse: bool = False) -> Config:
-    """_row_config, cached (cleared by reload_knobs): building it took ~5 us per launch here."""
-    return _row_config(n_cols, dtype, backward, lse)
+    """_row_config, cached (cleared by reload_knobs; interpreting() in the key, since tests patch
+    it): building it took ~5 us per launch here."""
+    return _row_config(n_cols, dtype, backward, lse, interpreting())
 
 
 @functools.lru_cache(maxsize=4096)
-def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool) -> Config:
+def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _interp: bool) -> Config:
     """Tuning knobs for the GPU (benchmarks/sweep.py): SOFTMAX_KERNELS_TILE{,_BWD} (elements
     per program) and SOFTMAX_KERNELS_PER_WARP{,_BWD} (elements per warp) for 16/32-bit rows,
     SOFTMAX_KERNELS_SPLIT_BLOCK (the 16/32-bit forward's split chunks). logsumexp (lse) takes
-    the forward's, then SOFTMAX_KERNELS_{TILE,PER_WARP}_LSE where set, and
+    the forward's, then SOFTMAX_KERNELS_{TILE,PER_WARP}_LSE where set (its sub-row tiles,
+    _lse_sub, take SOFTMAX_KERNELS_TILE_LSE only), and
     SOFTMAX_KERNELS_MIN_WARPS (default 4) is the fewest warps of a program: logsumexp reads
     two bytes per exp in bf16 and is issue-bound at short rows, where fewer threads per row
     share the per-row work (ptxas, triton 3.6, sm_90a: bf16 D = 1024, 2 rows per program, 4 / 2
@@ -287,11 +294,14 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool) -> C
     else:
         per_warp, tile = 1024, tile_elems(dtype)
     lo = 4
-    if lse and dtype.itemsize == 2 and bd <= mb:
+    if lse and dtype.itemsize == 2 and 128 <= bd <= mb and bd != 2048:
         # 16-bit logsumexp of whole rows is issue-bound (two bytes per exp): fewer threads per
-        # row share its per-row work. H200, eleventh session, two sweeps: 2 warps (2048 elements per warp) at
-        # D = 128 ... 1024 (4 sub-rows, 4096-element tiles) 0.84 -> 0.88, at 4096 0.83 -> 0.90,
-        # 16384 unchanged (8 warps, 0.86); 1 warp lost (0.73-0.86); float32 unchanged (0.98-1.02)
+        # row share its per-row work. H200, eleventh session: 2048 elements per warp, at least
+        # 2 warps: D = 128 ... 1024 (4 sub-rows, 4096-element tiles, 2 warps) 0.84 -> 0.88 and
+        # 4096 (2 warps) 0.83 -> 0.90 in two sweeps, 8192 (4 warps) 0.83 -> 0.89 in one; 16384
+        # unchanged (8 warps either way, 0.86); 1 warp lost (0.73-0.86); float32 unchanged
+        # (0.98-1.02). Not taken where not measured better: 2048 (0.70 with 4 warps, 0.68 with
+        # 2, one sweep) and rows under 128 (not measured).
         per_warp, lo = 2048, 2
     if dtype != torch.float64:
         sfx = "_BWD" if backward else ""
@@ -318,19 +328,22 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool) -> C
 
 
 def _lse_sub(bd: int) -> int:
-    """Sub-rows per row for the 16/32-bit logsumexp of whole rows of 128 ... 1024 columns (1: a
-    row is one tile row). With 4, a row is held as 4 sub-rows of bd / 4 columns in the same
-    threads (a 4096-element tile, 4 warps: 32 elements per thread in 16-bit, each row's sub-rows
-    in one thread since the tile's rows, 4096 / bd, are a multiple of the rows its 128 threads
-    cover), so fewer threads share a row and its per-row work and shuffles. ptxas (triton 3.6,
-    sm_90a), bf16 SASS per element against the 2-D tile's: D = 128 13.5 / 21.0, 256 13.5,
-    512 13.75, 1024 14.0 / 23.0 (47 registers); fp32 D = 128 14.5 / 26.5. A full-bandwidth
-    16-bit read leaves ~16 per element. H200 (eleventh session, two sweeps, 4 warps): bf16
-    logsumexp D = 128 ... 1024 0.55-0.63 -> 0.84-0.85 of copy, float32 D = 128 ... 512
-    0.77-0.85 -> 0.98-1.01; the 16-bit default then takes 2 warps (0.88, row_config).
-    SOFTMAX_KERNELS_LSE_SUB overrides (1 turns it off)."""
+    """Sub-rows per row for the 16/32-bit logsumexp of whole rows whose block width bd is 128 ...
+    1024 (n_cols 65 ... 1024; 1: a row is one tile row). With 4, a row is held as 4 sub-rows of
+    bd / 4 columns in the same threads (4096-element tiles; with 4 warps, 32 elements per thread
+    in 16-bit and each row's sub-rows in one thread, since the tile's rows, 4096 / bd, are a
+    multiple of the rows its 128 threads cover), so fewer threads share a row and its per-row
+    work and shuffles. ptxas (triton 3.6, sm_90a), bf16 SASS per element against the 2-D tile's,
+    4 warps: D = 128 13.5 / 21.0, 256 13.5, 512 13.75, 1024 14.0 / 23.0 (47 registers); fp32
+    D = 128 14.5 / 26.5; 2 warps (the 16-bit default, row_config): D = 128 12.9, 1024 13.4. A
+    full-bandwidth 16-bit read leaves ~16 per element. H200 (eleventh session, two sweeps, 4
+    warps): bf16 logsumexp D = 128 ... 1024 0.55-0.63 -> 0.84-0.85 of copy, float32 D = 128 ...
+    512 0.77-0.85 -> 0.98-1.01; with 2 warps bf16 reads 0.88. SOFTMAX_KERNELS_LSE_SUB overrides
+    (1 turns it off; 1, 2, 4 or 8, and sub-rows of at least 16 columns)."""
     sub = int(knob("SOFTMAX_KERNELS_LSE_SUB", 4))
-    return sub if 128 <= bd <= 1024 else 1
+    if sub not in (1, 2, 4, 8):
+        raise ValueError(f"SOFTMAX_KERNELS_LSE_SUB must be 1, 2, 4 or 8, got {sub}")
+    return sub if 128 <= bd <= 1024 and bd // sub >= 16 else 1
 
 
 def loop_rows(device) -> int:
@@ -463,8 +476,8 @@ class Launcher:
     """``fn[grid](*args, **constexprs, num_warps=w)`` at less host cost: the first launch of each
     specialization goes through the JIT function (which compiles it), later ones call the
     compiled kernel with the arguments as they are, skipping Triton's binder and cache lookup.
-    The cache key is (device, num_warps, constexprs, _tag of each argument), a refinement of
-    Triton's own key, so a hit is the kernel Triton would have picked. args: the kernel's
+    The cache key is (device, num_warps, constexprs, compile options, _tag of each argument), a
+    refinement of Triton's own key, so a hit is the kernel Triton would have picked. args: the kernel's
     non-constexpr parameters in order; constexprs: all its constexpr parameters by name.
     Under the interpreter, or with KERNELS_DIRECT_LAUNCH=0, every launch goes through the JIT
     function. Triton's environment knobs (debug, instrumentation) are taken as fixed per process."""

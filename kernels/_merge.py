@@ -29,7 +29,6 @@ Row offsets are 64-bit; column offsets 32-bit (a row holds fewer than 2**31 elem
 """
 from __future__ import annotations
 
-
 import torch
 import triton
 import triton.language as tl

@@ -99,7 +99,7 @@ _NO_SPEC = ["n_rows", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "s
             "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
 _NO_ALIGN = _NO_SPEC + ["X", "Y", "PM", "PS", "A", "G", "DX", "PK"]  # (ints too: some versions key "% 16" on this list)
 COL_CONTIG, COL_I32, COL_I64 = 0, 1, 2
-# Both kernels are launched with enable_fp_fusion=False: LLVM contracted a * b - c into an FMA in
+# The kernels are launched with enable_fp_fusion=False: LLVM contracted a * b - c into an FMA in
 # some variants and not in others (seen on the H200: the strided-output variant of the backward
 # differed from the contiguous one in a cancelling float64 row), which broke the bitwise layout
 # invariance the kernels promise. Memory-bound, they lose nothing measurable by it.
@@ -119,6 +119,7 @@ def _fwd_kernel(
         # logsumexp of whole 16/32-bit rows, each held as SUB sub-rows of W columns: tile row
         # t = c * BLOCK_R + r is chunk c of row r, and with BLOCK_R a multiple of the rows a
         # program's threads cover, a row's chunks sit in the same thread (_launch.row_config)
+        tl.static_assert(OP == 2 and PHASE == 0 and not F64, "sub-rows: logsumexp of whole 16/32-bit rows")
         W: tl.constexpr = BLOCK_D // SUB
         t = tl.arange(0, SUB * BLOCK_R)
         rows_t = tl.program_id(0).to(tl.int64) * BLOCK_R + (t % BLOCK_R)

@@ -714,7 +714,7 @@ def test_softmax_family_direct_launch_matches_the_jit_launch(monkeypatch):
         for n, d, off in shapes:
             g = torch.Generator().manual_seed(n + d)
             for dt in (torch.bfloat16, torch.float32):
-                x = torch.randn(n, d + 1, generator=g).to(DEV, dt)[:, off:off + d]
+                x = torch.randn(n, d + off, generator=g).to(DEV, dt)[:, off:]  # off 0: contiguous
                 dy = torch.randn(n, d, generator=g).to(DEV, dt)
                 y, z = kernels.softmax(x), kernels.log_softmax(x)
                 out += [y, z, kernels.logsumexp(x), kernels.softmax_backward(y, dy), kernels.log_softmax_backward(z, dy)]
@@ -741,31 +741,66 @@ def test_contiguous_plan_is_the_general_plan(batch, d, n_in, per_row):
 def test_knobs_are_read_again_on_reload(monkeypatch):
     """Tuning knobs come from a snapshot of the environment (_launch.knob): a change is seen after
     reload_knobs(), and row_config's cache follows it."""
-    base = _launch.row_config(128, torch.float32)
-    monkeypatch.setenv("SOFTMAX_KERNELS_TILE", "256")
-    assert _launch.row_config(128, torch.float32) == base  # not reloaded yet
-    _launch.reload_knobs()
     try:
+        monkeypatch.delenv("SOFTMAX_KERNELS_TILE", raising=False)
+        _launch.reload_knobs()
+        base = _launch.row_config(128, torch.float32)
+        monkeypatch.setenv("SOFTMAX_KERNELS_TILE", "256")
+        assert _launch.row_config(128, torch.float32) == base  # not reloaded yet
+        _launch.reload_knobs()
         assert _launch.row_config(128, torch.float32).block_r == 2
-    finally:
         monkeypatch.delenv("SOFTMAX_KERNELS_TILE")
         _launch.reload_knobs()
-    assert _launch.row_config(128, torch.float32) == base
+        assert _launch.row_config(128, torch.float32) == base
+    finally:
+        monkeypatch.undo()
+        _launch.reload_knobs()
 
 
-def test_plain_eager_calls_equal_the_library_op():
+def test_plain_eager_calls_skip_the_library_op_only_where_it_adds_nothing():
     """kernels.softmax / log_softmax / logsumexp call the kernels directly for a plain tensor that
-    needs no gradient (kernels._plain_eager) and the torch.library op otherwise: the same result
-    bitwise, and a gradient where one is needed."""
-    from kernels import library
+    needs no gradient (kernels._plain_eager: no softmax_props op in the profiler's record) and go
+    through the torch.library op otherwise: with a gradient to record, under torch.jit.trace
+    (the trace must hold the op, or it would replay nothing), under a torch function mode, a
+    dispatch mode or vmap. Same results bitwise either way."""
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    def ops_run(fn):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            out = fn()
+        return out, {e.name for e in prof.events() if e.name.startswith("softmax_props::")}
+
+    class Passthrough(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    class PassthroughDispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
     x = torch.randn(6, 37, device=DEV, dtype=torch.float32)
-    for name, op in (("softmax", library.softmax_op), ("log_softmax", library.log_softmax_op),
-                     ("logsumexp", library.logsumexp_op)):
-        assert kernels._plain_eager(x)
-        assert torch.equal(getattr(kernels, name)(x), op(x, -1)), name
-        xg = x.clone().requires_grad_()
-        assert not kernels._plain_eager(xg)
-        out = getattr(kernels, name)(xg)
-        assert out.grad_fn is not None and torch.equal(out.detach(), op(x, -1)), name
+    for name in ("softmax", "log_softmax", "logsumexp"):
+        fn, op_name = getattr(kernels, name), f"softmax_props::{name}"
+        plain, ran = ops_run(lambda: fn(x))
+        assert not ran, (name, ran)
+        for how, call in (("grad", lambda: fn(x.clone().requires_grad_())),
+                          ("function mode", lambda: _in_mode(Passthrough(), lambda: fn(x))),
+                          ("dispatch mode", lambda: _in_mode(PassthroughDispatch(), lambda: fn(x)))):
+            out, ran = ops_run(call)
+            assert op_name in ran, (name, how, ran)
+            assert torch.equal(out.detach(), plain), (name, how)
+        traced = torch.jit.trace(lambda t: fn(t), (x,))
+        assert op_name in str(traced.graph), (name, traced.graph)
+        assert torch.equal(traced(x), plain)
+        seen = []
+        torch.func.vmap(lambda r: seen.append(kernels._plain_eager(r)) or r)(x)
+        assert seen == [False], name
         with torch.no_grad():
-            assert kernels._plain_eager(xg)
+            assert kernels._plain_eager(x.clone().requires_grad_())
+
+
+def _in_mode(mode, fn):
+    with mode:
+        return fn()
+
