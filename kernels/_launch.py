@@ -477,8 +477,8 @@ class Launcher:
     specialization goes through the JIT function (which compiles it), later ones call the
     compiled kernel with the arguments as they are, skipping Triton's binder and cache lookup.
     The cache key is (device, num_warps, constexprs, compile options, _tag of each argument), a
-    refinement of Triton's own key, so a hit is the kernel Triton would have picked. args: the kernel's
-    non-constexpr parameters in order; constexprs: all its constexpr parameters by name.
+    refinement of Triton's own key, so a hit is the kernel Triton would have picked. args: the
+    kernel's non-constexpr parameters in order; constexprs: all its constexpr parameters by name.
     Under the interpreter, or with KERNELS_DIRECT_LAUNCH=0, every launch goes through the JIT
     function. Triton's environment knobs (debug, instrumentation) are taken as fixed per process."""
 
