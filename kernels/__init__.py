@@ -37,10 +37,10 @@ def _plain_eager(x) -> bool:
 
 def _validated(op, name):
     def fn(x, dim: int = -1):
+        if _plain_eager(x):
+            return getattr(_k, name)(x, dim)  # which checks x and dim itself, with the same messages
         _launch.check_tensor("x", x, name)
         _launch.check_dim(dim, x.ndim, name)
-        if _plain_eager(x):
-            return getattr(_k, name)(x, dim)
         return op(x, dim)
     fn.__name__ = name
     fn.__doc__ = getattr(_k, name).__doc__
