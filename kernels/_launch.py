@@ -476,14 +476,16 @@ class Launcher:
     """``fn[grid](*args, **constexprs, num_warps=w)`` at less host cost: the first launch of each
     specialization goes through the JIT function (which compiles it), later ones call the
     compiled kernel with the arguments as they are, skipping Triton's binder and cache lookup.
-    The cache key is (device, num_warps, constexprs, compile options, _tag of each argument), a
-    refinement of Triton's own key, so a hit is the kernel Triton would have picked. args: the
-    kernel's non-constexpr parameters in order; constexprs: all its constexpr parameters by name.
+    The cache key is (device, num_warps, constexprs, _tag of each argument), a refinement of
+    Triton's own key, so a hit is the kernel Triton would have picked. args: the kernel's
+    non-constexpr parameters in order; constexprs: all its constexpr parameters by name. options:
+    compile options beyond num_warps (enable_fp_fusion=False), the same for every launch.
     Under the interpreter, or with KERNELS_DIRECT_LAUNCH=0, every launch goes through the JIT
     function. Triton's environment knobs (debug, instrumentation) are taken as fixed per process."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, **options):
         self.fn = fn
+        self.options = options
         self.cache = {}
         params = getattr(fn, "params", None)  # None under the interpreter (an InterpretedFunction)
         self.direct = params is not None
@@ -494,20 +496,19 @@ class Launcher:
         if any(p.is_constexpr for p in params[:len(self.rules)]):
             raise TypeError(f"Launcher({fn.__name__}): the constexpr parameters must come last")
 
-    def __call__(self, grid, args, constexprs: dict, num_warps: int, **options):
-        """options: compile options beyond num_warps (enable_fp_fusion=False), part of the key."""
+    def __call__(self, grid, args, constexprs: dict, num_warps: int):
         if not (DIRECT_LAUNCH and self.direct):
-            self.fn[grid](*args, **constexprs, num_warps=num_warps, **options)
+            self.fn[grid](*args, **constexprs, num_warps=num_warps, **self.options)
             return
         consts = tuple(constexprs[n] for n in self.const_names)
-        key = (torch.cuda.current_device(), num_warps, consts, tuple(options.items())) + tuple(map(_tag, args, self.rules))
+        key = (torch.cuda.current_device(), num_warps, consts) + tuple(map(_tag, args, self.rules))
         kernel = self.cache.get(key)
         if kernel is None:
             if len(args) != len(self.rules) or len(constexprs) != len(self.const_names):
                 raise TypeError(f"Launcher({self.fn.__name__}): expected {len(self.rules)} arguments and "
                                 f"constexprs {self.const_names}, got {len(args)} and {tuple(constexprs)}")
-            kernel = self.fn[grid](*args, **constexprs, num_warps=num_warps, **options)
-            if kernel is not None and None not in key[4:]:
+            kernel = self.fn[grid](*args, **constexprs, num_warps=num_warps, **self.options)
+            if kernel is not None and None not in key[3:]:
                 self.cache[key] = kernel
             return
         g = tuple(grid) + (1, 1)

@@ -99,10 +99,11 @@ _NO_SPEC = ["n_rows", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "s
             "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
 _NO_ALIGN = _NO_SPEC + ["X", "Y", "PM", "PS", "A", "G", "DX", "PK"]  # (ints too: some versions key "% 16" on this list)
 COL_CONTIG, COL_I32, COL_I64 = 0, 1, 2
-# The kernels are launched with enable_fp_fusion=False: LLVM contracted a * b - c into an FMA in
-# some variants and not in others (seen on the H200: the strided-output variant of the backward
-# differed from the contiguous one in a cancelling float64 row), which broke the bitwise layout
-# invariance the kernels promise. Memory-bound, they lose nothing measurable by it.
+# The kernels are launched with enable_fp_fusion=False (their Launchers, below): LLVM contracted
+# a * b - c into an FMA in some variants and not in others (seen on the H200: the strided-output
+# variant of the backward differed from the contiguous one in a cancelling float64 row), which
+# broke the bitwise layout invariance the kernels promise. Memory-bound, they lose nothing
+# measurable by it.
 _EXP_M64: tl.constexpr = tl.constexpr(math.exp(-64.0))
 _EXP_M128: tl.constexpr = tl.constexpr(math.exp(-128.0))
 
@@ -528,7 +529,7 @@ def _bwd_loop_kernel(
 JIT_KERNELS = (_fwd_kernel, _bwd_kernel, _fwd_loop_kernel, _bwd_loop_kernel)
 # launched through L.Launcher: after a specialization's first launch, the compiled kernel is
 # called directly (less host time per call; eager calls of short kernels are host-bound)
-_FWD, _BWD, _FWD_LOOP, _BWD_LOOP = (L.Launcher(k) for k in JIT_KERNELS)
+_FWD, _BWD, _FWD_LOOP, _BWD_LOOP = (L.Launcher(k, enable_fp_fusion=False) for k in JIT_KERNELS)
 _INT32_MAX = 2**31 - 1
 
 
@@ -594,14 +595,13 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     if not cfg.split:
         L.note_variant("fwd", OP=op, PHASE=WHOLE, dtype=str(dtype), BLOCK_R=cfg.block_r, SUB=cfg.sub, **common)
         _FWD(_grid(cfg, plan.n_rows, WHOLE), (x, y, y, y) + args,
-             dict(consts, OP=op, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, SUB=cfg.sub), cfg.num_warps, enable_fp_fusion=False)
+             dict(consts, OP=op, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, SUB=cfg.sub), cfg.num_warps)
         return
     if _looped(plan, dtype, x.device):
         chunk, warps = L.loop_config(backward=False, dtype=dtype)
         loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], YCOL=common["YCOL"], BLOCK_D=chunk)
         L.note_variant("fwd_loop", dtype=str(dtype), **loop)
-        _FWD_LOOP((plan.n_rows,), (x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc), loop, warps,
-                  enable_fp_fusion=False)
+        _FWD_LOOP((plan.n_rows,), (x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc), loop, warps)
         return
     pm = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=x.device)
     ps = torch.empty_like(pm)
@@ -611,8 +611,7 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
         opp, yy, ncp = (op, y, nc) if phase == FINISH else (SOFTMAX, x, 1)
         L.note_variant("fwd", OP=opp, PHASE=phase, dtype=str(dtype), NC=ncp, **common)
         grid = (plan.n_rows, 1) if (phase == FINISH and op == LOGSUMEXP) else (plan.n_rows, cfg.n_chunks)
-        _FWD(grid, (x, yy, pm, ps) + args, dict(consts, OP=opp, PHASE=phase, BLOCK_R=1, NC=ncp, SUB=1), cfg.num_warps,
-             enable_fp_fusion=False)
+        _FWD(grid, (x, yy, pm, ps) + args, dict(consts, OP=opp, PHASE=phase, BLOCK_R=1, NC=ncp, SUB=1), cfg.num_warps)
 
 
 @L.on_tensor_device
@@ -637,13 +636,13 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         if not cfg.split:
             L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, **common)
             _BWD(_grid(cfg, plan.n_rows, WHOLE), (ax, gx, dx, dx, dx) + args,
-                 dict(consts, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1), cfg.num_warps, enable_fp_fusion=False)
+                 dict(consts, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1), cfg.num_warps)
         elif _looped(plan, a.dtype, a.device):
             chunk, warps = L.loop_config(backward=True, dtype=a.dtype)
             loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], DCOL=common["DCOL"], BLOCK_D=chunk)
             L.note_variant("bwd_loop", dtype=str(a.dtype), **loop)
             _BWD_LOOP((plan.n_rows,), (ax, gx, dx, plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc),
-                      loop, warps, enable_fp_fusion=False)
+                      loop, warps)
         else:
             ps = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=a.device)
             pk = torch.empty_like(ps)
@@ -658,7 +657,7 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
                 ncp = nc if phase == FINISH else 1
                 L.note_variant("bwd", PHASE=phase, dtype=str(a.dtype), NC=ncp, **common)
                 _BWD((plan.n_rows, cfg.n_chunks), (ax, gx, dx, ps, pk) + args, dict(consts, PHASE=phase, BLOCK_R=1, NC=ncp),
-                     cfg.num_warps, enable_fp_fusion=False)
+                     cfg.num_warps)
     return dx.reshape(()) if squeeze else dx
 
 
