@@ -39,10 +39,10 @@ All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
 * ``to_out(v, dtype)``: round to the output dtype to nearest-even. The Triton interpreter (3.6 to
   3.9) truncates float32 -> bfloat16; there the rounding is done on the bits instead.
 """
-import os
-
 import triton
 import triton.language as tl
+
+from ._launch import interpreting
 
 # globals read by jit functions must be constexpr (Triton 3.6 refuses plain globals)
 _TWO40: tl.constexpr = tl.constexpr(2.0**40)
@@ -51,7 +51,7 @@ _TWO_M40: tl.constexpr = tl.constexpr(2.0**-40)
 _TWO_M80: tl.constexpr = tl.constexpr(2.0**-80)
 
 
-_INTERPRET: tl.constexpr = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+_INTERPRET: tl.constexpr = tl.constexpr(interpreting())
 
 
 @triton.jit
