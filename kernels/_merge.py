@@ -125,29 +125,18 @@ def _attention_merge_kernel(
         tl.store(po, out, mask=mask)
 
 
-@triton.jit
-def _scaled(x, w, nan_rows, zero_rows, copy_rows, F64: tl.constexpr, OUT: tl.constexpr):
-    """One side's output tile: w x, NaN on nan_rows, 0 where this side is empty, x bitwise where
-    the other side is empty."""
-    v = w[:, None] * widen(x, F64)
-    v = tl.where(nan_rows[:, None], float("nan"), tl.where(zero_rows[:, None], 0.0, v))
-    return tl.where(copy_rows[:, None], x, to_out(v, OUT))
-
-
 @triton.jit(do_not_specialize=_INTS, do_not_specialize_on_alignment=_INTS + _PTRS)
 def _softmax_merge_kernel(
     PA, LA, PB, LB, P, LO,
     n_rows, n1, da, db,
     spa0, spa1, sla0, sla1, spb0, spb1, slb0, slb1, sp0, sp1, slo0, slo1,
     n_cb_a, n_cb,
-    F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BOTH: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """Output column block pid_c of a row block: a scaled copy of one input's column block,
-    P[row, col] = w * SRC[row, col] (see _scaled). BOTH: the program writes column block pid_c of
-    each side, so both halves of its output rows (both loads issued before either store)."""
+    P[row, col] = w * SRC[row, col]; NaN on nan_rows, 0 where this side is empty, SRC bitwise where
+    the other side is empty."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
-    OUT: tl.constexpr = P.dtype.element_ty
     pid = tl.program_id(0)
     pid_r = pid // n_cb
     pid_c = pid % n_cb
@@ -160,52 +149,36 @@ def _softmax_merge_kernel(
     if pid_c == 0:
         tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
     offp = _row_off(rows, n1, sp0, sp1, TWO_AXES)
-    if BOTH:
-        cols = pid_c * BLOCK_D + tl.arange(0, BLOCK_D)
-        mask_a = rmask[:, None] & (cols < da)[None, :]
-        mask_b = rmask[:, None] & (cols < db)[None, :]
-        spa = (PA + _row_off(rows, n1, spa0, spa1, TWO_AXES))[:, None] + cols[None, :]
-        spb = (PB + _row_off(rows, n1, spb0, spb1, TWO_AXES))[:, None] + cols[None, :]
-        dpa = (P + offp)[:, None] + cols[None, :]
-        dpb = (P + (offp + da))[:, None] + cols[None, :]
-        if VEC:
-            spa = tl.max_contiguous(tl.multiple_of(spa, [1, 16]), [1, 16])
-            spb = tl.max_contiguous(tl.multiple_of(spb, [1, 16]), [1, 16])
-            dpa = tl.max_contiguous(tl.multiple_of(dpa, [1, 16]), [1, 16])
-            dpb = tl.max_contiguous(tl.multiple_of(dpb, [1, 16]), [1, 16])
-            mask_a = tl.max_constancy(mask_a, [1, 16])
-            mask_b = tl.max_constancy(mask_b, [1, 16])
-        xa = tl.load(spa, mask=mask_a, other=0.0)  # read even for an empty side (see attention_merge)
-        xb = tl.load(spb, mask=mask_b, other=0.0)
-        tl.store(dpa, _scaled(xa, wa, nan_rows, a_empty, b_empty, F64, OUT), mask=mask_a)
-        tl.store(dpb, _scaled(xb, wb, nan_rows, b_empty, a_empty, F64, OUT), mask=mask_b)
+    if pid_c < n_cb_a:
+        src = PA + _row_off(rows, n1, spa0, spa1, TWO_AXES)
+        dst = P + offp
+        c0 = pid_c * BLOCK_D
+        n = da
+        w = wa
+        zero_rows = a_empty
+        copy_rows = b_empty
     else:
-        if pid_c < n_cb_a:
-            src = PA + _row_off(rows, n1, spa0, spa1, TWO_AXES)
-            dst = P + offp
-            c0 = pid_c * BLOCK_D
-            n = da
-            w = wa
-            zero_rows = a_empty
-            copy_rows = b_empty
-        else:
-            src = PB + _row_off(rows, n1, spb0, spb1, TWO_AXES)
-            dst = P + (offp + da)
-            c0 = (pid_c - n_cb_a) * BLOCK_D
-            n = db
-            w = wb
-            zero_rows = b_empty
-            copy_rows = a_empty
-        cols = c0 + tl.arange(0, BLOCK_D)
-        mask = rmask[:, None] & (cols < n)[None, :]
-        sp = src[:, None] + cols[None, :]
-        dp = dst[:, None] + cols[None, :]
-        if VEC:
-            sp = tl.max_contiguous(tl.multiple_of(sp, [1, 16]), [1, 16])
-            dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
-            mask = tl.max_constancy(mask, [1, 16])
-        x = tl.load(sp, mask=mask, other=0.0)  # read even for an empty side (see attention_merge)
-        tl.store(dp, _scaled(x, w, nan_rows, zero_rows, copy_rows, F64, OUT), mask=mask)
+        src = PB + _row_off(rows, n1, spb0, spb1, TWO_AXES)
+        dst = P + (offp + da)
+        c0 = (pid_c - n_cb_a) * BLOCK_D
+        n = db
+        w = wb
+        zero_rows = b_empty
+        copy_rows = a_empty
+    cols = c0 + tl.arange(0, BLOCK_D)
+    mask = rmask[:, None] & (cols < n)[None, :]
+    sp = src[:, None] + cols[None, :]
+    dp = dst[:, None] + cols[None, :]
+    if VEC:
+        sp = tl.max_contiguous(tl.multiple_of(sp, [1, 16]), [1, 16])
+        dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
+        mask = tl.max_constancy(mask, [1, 16])
+    x = tl.load(sp, mask=mask, other=0.0)  # read even for an empty side (see attention_merge)
+    v = w[:, None] * widen(x, F64)
+    v = tl.where(nan_rows[:, None], float("nan"), tl.where(zero_rows[:, None], 0.0, v))
+    out = to_out(v, P.dtype.element_ty)
+    out = tl.where(copy_rows[:, None], x, out)
+    tl.store(dp, out, mask=mask)
 
 
 JIT_KERNELS = (_attention_merge_kernel, _softmax_merge_kernel)
@@ -339,15 +312,13 @@ def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse
     if n_rows == 0:
         return p, lse
     br, bd, warps = _tile(max(da, db), n_rows, p_a.dtype, False)
-    both = bool(int(L.knob("MERGE_KERNELS_BOTH", 0)))
     n_cb_a, n_cb_b = triton.cdiv(da, bd), triton.cdiv(db, bd)
-    # at least one program per row block writes the lse
-    n_cb = max(1, max(n_cb_a, n_cb_b) if both else n_cb_a + n_cb_b)
-    L.note_variant(name, dtype=str(p_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows, BOTH=both)
+    n_cb = max(1, n_cb_a + n_cb_b)  # at least one program per row block writes the lse
+    L.note_variant(name, dtype=str(p_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
     (sa, sb, sla, slb, sp, slo) = pairs
     vec = L.vec_ok(da, (xa, *sa), (p, *sp)) and L.vec_ok(db, (xb, *sb))
     _softmax_merge_kernel[(triton.cdiv(n_rows, br) * n_cb,)](
         xa, la, xb, lb, p, lse, n_rows, n1, da, db, *sa, *sla, *sb, *slb, *sp, *slo, n_cb_a, n_cb,
-        F64=p_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BOTH=both, BLOCK_R=br, BLOCK_D=bd,
+        F64=p_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
         num_warps=warps)
     return p, lse
