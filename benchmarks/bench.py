@@ -1,5 +1,5 @@
-"""Bandwidth benchmark of the project's kernels against torch eager (and torch.compile with
---impls), in model bytes. Every ``benchmarks/cases_*.py`` module contributes cases: its
+"""Bandwidth benchmark of the project's kernels against torch eager (and torch.compile, liger-kernel
+and fla-core with --impls; benchmarks/peers.py), in model bytes. Every ``benchmarks/cases_*.py`` module contributes cases: its
 ``cases(quick[, impls_wanted])`` yields dicts with op, pass_, dtype, D, N, nbytes and impls (name ->
 zero-argument callable, or None where that implementation does not apply). Each is timed with
 ``triton.testing.do_bench`` (median); the script reports GB/s and the fraction of a
@@ -78,7 +78,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer row lengths")
     ap.add_argument("--only", default="", help="comma-separated case modules (softmax, merge, ce, ...)")
-    ap.add_argument("--impls", default="ours,torch", help="implementations to time (ours, torch, compile)")
+    ap.add_argument("--impls", default="ours,torch", help="implementations to time (ours, torch, compile, liger, fla: benchmarks/peers.py)")
     ap.add_argument("--ds", default="", help="comma-separated row lengths, for modules that take them (softmax)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--replot", nargs="+", default=None, metavar="JSON", help="plot saved bench.json files, run nothing")
@@ -98,12 +98,26 @@ def main():
     if args.only:
         names = [n for n in names if n in args.only.split(",")]
     C = copy_bw()
+    if "compile" in impls:
+        # one compiled function serves every shape of a case module (dynamic=False: one graph per
+        # shape, as a user with static shapes gets); past dynamo's recompile limit (8) it would
+        # silently run eager, so the limit is raised above the number of shapes
+        import torch._dynamo
+        for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, max(256, getattr(torch._dynamo.config, knob)))
+    if impls & {"liger", "fla"}:
+        import peers
+        print(f"peers installed: {peers.available() or 'none'}", file=sys.stderr, flush=True)
     rows = []
-    for name in names:
-        try:
-            run_module(name, args.quick, impls, C, rows, [int(d) for d in args.ds.split(",") if d])
-        except Exception as e:  # a broken case module must not cost the others' results
-            print(f"cases_{name}: {type(e).__name__}: {str(e)[:500]}", file=sys.stderr, flush=True)
+    try:
+        for name in names:
+            try:
+                run_module(name, args.quick, impls, C, rows, [int(d) for d in args.ds.split(",") if d])
+            except Exception as e:  # a broken case module must not cost the others' results
+                print(f"cases_{name}: {type(e).__name__}: {str(e)[:500]}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # cut by a time limit (timeout -s INT): keep what was measured
+        print(f"interrupted: {len(rows)} measurements kept", file=sys.stderr, flush=True)
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump(dict(copy_gbs=C, device=torch.cuda.get_device_name(0), torch=torch.__version__,
                        triton=triton.__version__, rows=rows), f, indent=1)

@@ -10,6 +10,7 @@ through autograd, the gradient returned rather than accumulated):
   ours    -- kernels.cross_entropy (the torch.library op; its backward reuses the forward's lse)
   torch   -- F.cross_entropy eager
   compile -- torch.compile of F.cross_entropy (left out if compiling fails)
+  liger, fla -- where installed and asked for (benchmarks/peers.py)
 Tensors are allocated when a case is generated; drop the dict before the next one (a generator).
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import kernels  # noqa: E402
+import peers  # noqa: E402
 
 SHAPES = [(16384, 32000), (8192, 128256), (4096, 262144)]  # ANCHORS.md, cross-entropy table
 
@@ -59,6 +61,7 @@ def cases(quick: bool, device: str = "cuda", shapes=None, impls_wanted=("ours", 
             pass
         except Exception as e:  # pragma: no cover - depends on the machine
             print(f"cross_entropy: torch.compile failed for {N}x{V}: {type(e).__name__}: {e}", file=sys.stderr)
+        impls.update(peers.cross_entropy(x, t, _step, impls_wanted))  # liger / fla (benchmarks/peers.py)
         yield dict(op="cross_entropy", pass_="fwd+bwd", dtype="bfloat16", D=V, N=N,
                    nbytes=3 * N * V * dtype.itemsize, impls=impls)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 import kernels
+import peers
 
 ELEMS = 2**28
 FEW_ROWS = 8
@@ -30,19 +31,22 @@ def cases(quick: bool, impls_wanted=("ours", "torch", "compile"), ds=None):
             z = torch.log_softmax(x.float(), -1).to(dtype)
             g = torch.randn_like(x)
             common = dict(dtype=str(dtype).replace("torch.", ""), D=D, N=N)
+
+            def more(op, pass_):  # liger / fla where they offer the case (benchmarks/peers.py)
+                return peers.softmax_family(op, pass_, D, x, y, g, impls_wanted)
             yield dict(op="softmax", pass_="fwd", nbytes=2 * N * D * s, **common, impls={
                 "ours": lambda: kernels.softmax(x), "torch": lambda: torch.softmax(x, -1),
-                "compile": c_sm and (lambda: c_sm(x))})
+                "compile": c_sm and (lambda: c_sm(x)), **more("softmax", "fwd")})
             yield dict(op="log_softmax", pass_="fwd", nbytes=2 * N * D * s, **common, impls={
                 "ours": lambda: kernels.log_softmax(x), "torch": lambda: torch.log_softmax(x, -1),
-                "compile": c_lsm and (lambda: c_lsm(x))})
+                "compile": c_lsm and (lambda: c_lsm(x)), **more("log_softmax", "fwd")})
             yield dict(op="softmax", pass_="bwd", nbytes=3 * N * D * s, **common, impls={
                 "ours": lambda: kernels.softmax_backward(y, g),
-                "torch": lambda: torch._softmax_backward_data(g, y, -1, dtype)})
+                "torch": lambda: torch._softmax_backward_data(g, y, -1, dtype), **more("softmax", "bwd")})
             yield dict(op="log_softmax", pass_="bwd", nbytes=3 * N * D * s, **common, impls={
                 "ours": lambda: kernels.log_softmax_backward(z, g),
-                "torch": lambda: torch._log_softmax_backward_data(g, z, -1, dtype)})
+                "torch": lambda: torch._log_softmax_backward_data(g, z, -1, dtype), **more("log_softmax", "bwd")})
             yield dict(op="logsumexp", pass_="fwd", nbytes=N * D * s + N * 4, **common, impls={
                 "ours": lambda: kernels.logsumexp(x), "torch": lambda: torch.logsumexp(x, -1),
-                "compile": c_lse and (lambda: c_lse(x))})
+                "compile": c_lse and (lambda: c_lse(x)), **more("logsumexp", "fwd")})
             del x, y, z, g

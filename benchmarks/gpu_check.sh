@@ -27,8 +27,15 @@ for _ in $(seq 60); do
   sleep 1
 done
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
+  # the peers (liger-kernel, fla-core) for --impls liger,fla: the wheels in .whl/ (carry it), for
+  # the benchmark only (installed for the suite, they would also run its adapter tests)
+  BENCH_PY=""
+  if ls .whl/*.whl > /dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --upgrade --target /tmp/peers .whl/*.whl; then
+    BENCH_PY=/tmp/peers
+  fi
   mkdir -p "$OUT/bench"  # bench.json and the PNGs, packed into one file (the device tool returns 8 files)
-  timeout -s INT ${BENCH_TIMEOUT:-1800} python3 benchmarks/bench.py ${BENCH_ARGS:-} --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -n 80
+  PYTHONPATH=${BENCH_PY}${PYTHONPATH:+:$PYTHONPATH} timeout -s INT ${BENCH_TIMEOUT:-1800} python3 benchmarks/bench.py ${BENCH_ARGS:-} --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -n 80
   tar czf "$OUT/bench.tgz" -C "$OUT" bench && rm -rf "$OUT/bench"
 fi
 exit $status
