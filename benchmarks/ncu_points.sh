@@ -31,6 +31,13 @@ run whole_bwd_bf16_16384 _bwd_kernel 1 softmax bwd bfloat16 16384
 run lse_bf16_16384 _fwd_kernel 1 logsumexp fwd bfloat16 16384
 run lsm_bwd_bf16_16384 _bwd_kernel 1 log_softmax bwd bfloat16 16384
 run lsm_bwd_bf16_4096 _bwd_kernel 1 log_softmax bwd bfloat16 4096
+run whole_bwd_bf16_4096 _bwd_kernel 1 softmax bwd bfloat16 4096
+run whole_fwd_fp32_1024 _fwd_kernel 1 softmax fwd float32 1024
+# a peer at the same points (liger-kernel: one block per row, no autotuning; PYTHONPATH with the wheels)
+run liger_fwd_bf16_16384 _softmax_single_block_forward_kernel 1 softmax fwd bfloat16 16384 --impl liger
+run liger_bwd_bf16_4096 _softmax_single_block_backward_kernel 1 softmax bwd bfloat16 4096 --impl liger
+run liger_bwd_bf16_16384 _softmax_single_block_backward_kernel 1 softmax bwd bfloat16 16384 --impl liger
+run liger_fwd_fp32_1024 _softmax_single_block_forward_kernel 1 softmax fwd float32 1024 --impl liger
 run split_bwd_bf16_1m _bwd_kernel 2 softmax bwd bfloat16 1048576
 run split_fwd_bf16_1m _fwd_kernel 2 softmax fwd bfloat16 1048576
 run merge_bf16_128 _softmax_merge_kernel 1 softmax_merge fwd bfloat16 128 --module merge
