@@ -1,6 +1,6 @@
-"""Bandwidth benchmark of the project's kernels against torch eager (and torch.compile, liger-kernel
-and fla-core with --impls; benchmarks/peers.py), in model bytes. Every ``benchmarks/cases_*.py`` module contributes cases: its
-``cases(quick[, impls_wanted])`` yields dicts with op, pass_, dtype, D, N, nbytes and impls (name ->
+"""Bandwidth benchmark of the project's kernels against torch eager (and torch.compile,
+liger-kernel and fla-core with --impls; benchmarks/peers.py), in model bytes. Every
+``benchmarks/cases_*.py`` module contributes cases: its ``cases(quick[, impls_wanted])`` yields dicts with op, pass_, dtype, D, N, nbytes and impls (name ->
 zero-argument callable, or None where that implementation does not apply). Each is timed with
 ``triton.testing.do_bench`` (median); the script reports GB/s and the fraction of a
 device-to-device copy measured in the same run, writes bench.json and one PNG per op and pass,

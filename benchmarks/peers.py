@@ -1,6 +1,7 @@
 """The peers the benchmark times beside our kernels, where they offer an op: liger-kernel 0.8.5 and
 fla-core 0.6.0 (the versions of shared/ANCHORS.md). Each is timed only when importable (on the
-GPU machine: the wheels in ``.whl/``, see gpu_check.sh's PEERS) and asked for by ``--impls``.
+GPU machine: the wheels in ``.whl/``, which gpu_check.sh installs for the benchmark step) and asked
+for by ``--impls``.
 
 What each offers, through the entry points its own modules use (the property targets
 ``properties/targets/liger.py`` and ``fla.py`` document the same calls):

@@ -1,5 +1,6 @@
-"""Run one benchmark case of ours (or of a peer, --impl) a few times, for a profiler to attach to (Nsight Compute):
-the points the benchmark shows below target, profiled with the same data and shapes bench.py times.
+"""Run one benchmark case of ours (or of a peer, --impl) a few times, for a profiler to attach to
+(Nsight Compute): the points the benchmark shows below target, profiled with the same data and
+shapes bench.py times.
 
     python benchmarks/profile_points.py softmax bwd bfloat16 16384 [--module softmax] [--calls 3]
     python benchmarks/profile_points.py softmax fwd bfloat16 1048576 --rows 8 --graph --calls 0
