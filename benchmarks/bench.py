@@ -1,12 +1,13 @@
 """Bandwidth benchmark of the project's kernels against torch eager (and torch.compile,
 liger-kernel and fla-core with --impls; benchmarks/peers.py), in model bytes. Every
-``benchmarks/cases_*.py`` module contributes cases: its ``cases(quick[, impls_wanted])`` yields dicts with op, pass_, dtype, D, N, nbytes and impls (name ->
-zero-argument callable, or None where that implementation does not apply). Each is timed with
+``benchmarks/cases_*.py`` module contributes cases: its ``cases(quick[, impls_wanted])`` yields
+dicts with op, pass_, dtype, D, N, nbytes and impls (name -> zero-argument callable, or None
+where that implementation does not apply). Each is timed with
 ``triton.testing.do_bench`` (median); the script reports GB/s and the fraction of a
 device-to-device copy measured in the same run, writes bench.json and one PNG per op and pass,
 and prints the table last.
 
-    python benchmarks/bench.py [--quick] [--only softmax,merge] [--impls ours,torch,compile] [--ds 128,4096] [--out DIR]
+    python benchmarks/bench.py [--quick] [--only softmax,merge] [--impls ours,torch,compile,liger,fla] [--ds 128,4096] [--out DIR]
     python benchmarks/bench.py --replot A.json [B.json ...] --out DIR   # plots only, no GPU
 
 --replot draws the PNGs from saved bench.json files (later files win for the same op, pass,
