@@ -372,6 +372,24 @@ def loop_config(backward: bool, dtype: torch.dtype) -> tuple:
     return chunk, _warps(chunk, 512 if backward else 1024)
 
 
+def bwd_maxnreg(dtype: torch.dtype, cfg: Config) -> int:
+    """Register cap (ptxas .maxnreg; 0: none) of the 16/32-bit whole-row backward. Its main
+    variants hold 48-64 registers (ptxas -v, triton 3.6, sm_90a), which gives 4 warps' programs
+    eight per SM, 8 warps' four and 16 warps' two. sum_exact32's float64 rounding (branch
+    bwd-lean) cut 3-4 SASS per element but took the softmax backward to 72 registers at
+    D = 1024 and 66 at 16384 (one program per SM there); capped at 64, ptxas keeps the same
+    instruction count with no spills. Not measured on a GPU yet. SOFTMAX_KERNELS_BWD_MAXNREG
+    overrides (0 turns it off)."""
+    env = knob("SOFTMAX_KERNELS_BWD_MAXNREG")
+    if dtype == torch.float64 or cfg.split:
+        return 0
+    if env is not None:
+        return int(env)
+    # 16-bit rows of 1024 columns and more, where main held exactly 64 (float32 at 16384 holds
+    # 122-127 on purpose, one program per SM, and spills under a cap of 64; rows of 128 hold 32-48)
+    return 64 if dtype.itemsize == 2 and cfg.block_d >= 1024 else 0
+
+
 def bwd_reload(dtype: torch.dtype, cfg: Config, log_softmax: bool) -> int:
     """How often the 16/32-bit whole-row backward reads its row again instead of holding it in
     float32 across its reductions (the RELOAD constexpr): 0 never; 1 for the output; 2 (softmax)

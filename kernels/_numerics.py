@@ -26,9 +26,9 @@ All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
 * ``rowmax``: ``tl.max`` that keeps NaN at the same cost on the GPU. ``sum_exp_sub`` and
   ``rowmax_sub``: the same over rows held as sub-rows ([SUB, rows, W] tiles).
 * ``sum_exact32(t)``: the fast backward sum (16/32-bit inputs): float32 values, rows of at most
-  2**14, each rounded to a multiple of 2**(k-39) (2**k above the row's largest magnitude) by
-  adding and subtracting a constant, then summed exactly in float64. Error below
-  ``n * 2**-38 * max|t|``.
+  2**14, each widened and rounded to a multiple of 2**(k-39) (2**k above the row's largest
+  magnitude) by adding and subtracting a float64 constant, then summed exactly in float64. Error
+  below ``n * 2**-39 * max|t|``.
   Both cost a few float adds per element where the fixed-point limbs cost three 64-bit
   conversions, which made the 16-bit kernels compute-bound.
 * ``exp_ftz(x)``: float32 exp without the subnormal fix-up (FTZ); ``exp_ct(x, F64)``: exp in the
@@ -194,20 +194,18 @@ def _max2_combine(a0, b0, a1, b1):
 @triton.jit
 def sum_exact32(t, big):
     """Order-independent sum of float32 values over rows of at most 2**14 elements, given each
-    row's largest |t| (big); returns float64. With 2**k above big (k = ebits - 126): a value
-    below T = 2**(k-16) is rounded to a multiple of 2**(k-38) by (t + C) - C, C = 1.5 * 2**(k-15)
-    (t + C stays in [2**(k-15), 2**(k-14)), whose spacing that is; the subtraction is exact); a
-    value >= T already is a multiple of its ulp >= 2**(k-39). Every partial sum is then a
-    multiple of 2**(k-39) below 2**(k+14): exact in float64, in any order. Error below
-    n * 2**(k-39) <= n * 2**-38 * max|t|. Below k = -110 every float32 is a multiple of 2**-149,
-    fine enough already. A row with an infinity is summed plainly (an infinity or NaN whatever
-    the order); NaN passes through."""
-    e = tl.maximum(ebits32(big), 16)
-    T = tl.where(ebits32(big) < 16, 0.0, pow2f(e - 142))
-    C = pow2f(e - 141) * 1.5
-    r = tl.where(tl.abs(t) < T[:, None], (t + C[:, None]) - C[:, None], t)
-    r = tl.where((big < float("inf"))[:, None], r, t)
-    return tl.sum(r.to(tl.float64), 1)
+    row's largest |t| (big); returns float64. With 2**k above big (k = ebits - 126, so k >= -126),
+    every value is rounded to a multiple of 2**(k-39) in float64 by (t + C) - C, C = 1.5 * 2**(k+13):
+    for |t| < 2**k, t + C lies in [2**(k+13), 2**(k+14)), whose spacing that is, and the
+    subtraction is exact. Every partial sum is then a multiple of 2**(k-39) below 2**(k+14):
+    exact in float64, in any order. Error below n * 2**(k-40) <= n * 2**-39 * max|t| (a float32
+    below 2**-126 is a multiple of 2**-149 and stays as it is). Two float64 adds per value, no
+    compare or select. An infinity or NaN in the row makes the sum infinite or NaN, whatever the
+    rounding of its finite values (as a plain sum would)."""
+    k = (ebits32(big) - 126).to(tl.int64)
+    C = _pow2(k + 13) * 1.5
+    r = (t.to(tl.float64) + C[:, None]) - C[:, None]
+    return tl.sum(r, 1)
 
 
 @triton.jit

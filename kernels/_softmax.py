@@ -530,6 +530,15 @@ JIT_KERNELS = (_fwd_kernel, _bwd_kernel, _fwd_loop_kernel, _bwd_loop_kernel)
 # launched through L.Launcher: after a specialization's first launch, the compiled kernel is
 # called directly (less host time per call; eager calls of short kernels are host-bound)
 _FWD, _BWD, _FWD_LOOP, _BWD_LOOP = (L.Launcher(k, enable_fp_fusion=False) for k in JIT_KERNELS)
+_BWD_CAPPED = {}  # register cap -> the backward's Launcher with that ptxas .maxnreg (L.bwd_maxnreg)
+
+
+def _bwd_launcher(maxnreg: int):
+    if not maxnreg:
+        return _BWD
+    if maxnreg not in _BWD_CAPPED:
+        _BWD_CAPPED[maxnreg] = L.Launcher(_bwd_kernel, enable_fp_fusion=False, maxnreg=maxnreg)
+    return _BWD_CAPPED[maxnreg]
 _INT32_MAX = 2**31 - 1
 
 
@@ -634,9 +643,10 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         common = dict(consts, enable_fp_fusion=False, num_warps=cfg.num_warps)  # what note_variant records
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
         if not cfg.split:
-            L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, **common)
-            _BWD(_grid(cfg, plan.n_rows, WHOLE), (ax, gx, dx, dx, dx) + args,
-                 dict(consts, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1), cfg.num_warps)
+            cap = L.bwd_maxnreg(a.dtype, cfg)
+            L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, maxnreg=cap, **common)
+            _bwd_launcher(cap)(_grid(cfg, plan.n_rows, WHOLE), (ax, gx, dx, dx, dx) + args,
+                               dict(consts, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1), cfg.num_warps)
         elif _looped(plan, a.dtype, a.device):
             chunk, warps = L.loop_config(backward=True, dtype=a.dtype)
             loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], DCOL=common["DCOL"], BLOCK_D=chunk)

@@ -671,9 +671,11 @@ def test_launch_tags_refine_tritons_specialization():
 
 def _direct_equals_jit(monkeypatch, run, launchers):
     """run() twice through Launcher (the second hits every launcher's cache), once through the JIT
-    function: the three lists of outputs bitwise equal."""
+    function: the three lists of outputs bitwise equal. launchers: the Launchers run() must have
+    filled (or a function returning them, for Launchers made on first use)."""
     monkeypatch.setattr(_launch, "DIRECT_LAUNCH", True)
     first, again = run(), run()
+    launchers = launchers() if callable(launchers) else launchers
     assert all(len(k.cache) for k in launchers)
     monkeypatch.setattr(_launch, "DIRECT_LAUNCH", False)
     jit = run()
@@ -719,7 +721,7 @@ def test_softmax_family_direct_launch_matches_the_jit_launch(monkeypatch):
                 y, z = kernels.softmax(x), kernels.log_softmax(x)
                 out += [y, z, kernels.logsumexp(x), kernels.softmax_backward(y, dy), kernels.log_softmax_backward(z, dy)]
         return out
-    _direct_equals_jit(monkeypatch, run, (sm._FWD, sm._BWD, sm._FWD_LOOP, sm._BWD_LOOP))
+    _direct_equals_jit(monkeypatch, run, lambda: (sm._FWD, sm._BWD, sm._FWD_LOOP, sm._BWD_LOOP, *sm._BWD_CAPPED.values()))
 
 
 @settings(max_examples=200, deadline=None)
