@@ -60,7 +60,8 @@ def cases(quick: bool, impls_wanted=("ours", "torch", "compile")):
     smax = [(torch.float32, 32768, 4096), (torch.bfloat16, 65536, 4096)]
     if not quick:
         attn += [(torch.float32, 131072 * 8, 128), (torch.float32, 32768 * 8, 512), (torch.bfloat16, 16384 * 32, 512)]
-        smax += [(torch.float32, 2**21, 128), (torch.float32, 2048, 65536), (torch.bfloat16, 2**22, 128)]
+        smax += [(torch.float32, 2**21, 128), (torch.float32, 2048, 65536), (torch.bfloat16, 2**22, 128),
+                 (torch.bfloat16, 2**21, 256)]
     for dtype, N, D in attn:
         s = dtype.itemsize
         o_a = torch.randn(N, D, device=dev, dtype=dtype)

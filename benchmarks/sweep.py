@@ -63,16 +63,21 @@ def main():
     ap.add_argument("--only", default="softmax", help="case modules, comma-separated (softmax, merge, ce)")
     ap.add_argument("--ops", default="", help="keep only these ops (comma-separated); empty: all")
     ap.add_argument("--ds", default="128,1024,4096,16384", help="row lengths, for modules that take them")
+    ap.add_argument("--dtypes", default="", help="keep only these dtypes (comma-separated, e.g. bfloat16); empty: all")
+    ap.add_argument("--passes", default="", help="keep only these passes (fwd, bwd); empty: all")
     ap.add_argument("--configs", default="default", help="settings separated by ';' (see the module docstring)")
     args = ap.parse_args()
     C = copy_bw()
     print(f"copy: {C:.0f} GB/s")
     ops = set(filter(None, args.ops.split(",")))
+    dtypes = set(filter(None, args.dtypes.split(",")))
+    passes = set(filter(None, args.passes.split(",")))
     settings = args.configs.split(";")
     for name in args.only.split(","):
         for case in module_cases(name, False, ("ours",), [int(d) for d in args.ds.split(",")]):
             fn = case["impls"].get("ours")
-            if fn is None or (ops and case["op"] not in ops):
+            if (fn is None or (ops and case["op"] not in ops) or (dtypes and case["dtype"] not in dtypes)
+                    or (passes and case["pass_"] not in passes)):
                 continue
             res = []
             for setting in settings:

@@ -11,8 +11,9 @@ merge is bitwise commutative (up to the column order of softmax chunks).
 * ``attention_merge``: ``o = w_a o_a + w_b o_b``. A program holds a ``[BLOCK_R, BLOCK_D]`` tile
   of rows, loads each row's two lse once, and loops over the value axis in ``BLOCK_D`` columns.
 * ``softmax_merge``: output column ``j < Da`` is ``w_a p_a[j]``, column ``Da + j`` is
-  ``w_b p_b[j]``: each output column block comes from exactly one input, so the kernel is a scaled
-  copy tiled over (rows, column blocks); program 0 of each row block also writes the merged lse.
+  ``w_b p_b[j]``: a scaled copy tiled over (rows, column blocks of the concatenated row), each
+  program reading both inputs under complementary masks and writing whole runs of output rows;
+  column block 0 of each row block also writes the merged lse.
 
 Edge rows (oracles/semantics.py, MERGE_SEMANTICS), consistent with the one-shot ops:
 
@@ -79,7 +80,7 @@ def _merge_weights(la, lb):
 # aligned and the row lengths are multiples of 16, so runs of 16 columns are contiguous, aligned
 # and uniformly masked, and loads and stores are 16-byte vectors. The hints must be written in the
 # kernel bodies (Triton drops hints made in a called jit function).
-_INTS = ["n_rows", "n_cols", "n1", "da", "db", "n_cb_a", "n_cb",
+_INTS = ["n_rows", "n_cols", "n1", "da", "db", "n_cb",
          "soa0", "soa1", "sla0", "sla1", "sob0", "sob1", "slb0", "slb1", "so0", "so1", "slo0", "slo1",
          "spa0", "spa1", "spb0", "spb1", "sp0", "sp1"]
 _PTRS = ["OA", "LA", "OB", "LB", "O", "LO", "PA", "PB", "P"]
@@ -130,55 +131,59 @@ def _softmax_merge_kernel(
     PA, LA, PB, LB, P, LO,
     n_rows, n1, da, db,
     spa0, spa1, sla0, sla1, spb0, spb1, slb0, slb1, sp0, sp1, slo0, slo1,
-    n_cb_a, n_cb,
+    n_cb,
     F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    """Output column block pid_c of a row block: a scaled copy of one input's column block,
-    P[row, col] = w * SRC[row, col]; NaN on nan_rows, 0 where this side is empty, SRC bitwise where
-    the other side is empty."""
+    """Output tile (row block, column block pid_c of the concatenated rows): column j < da is
+    w_a p_a[j], column da + j is w_b p_b[j].
+
+    * A program writes whole runs of output rows, one contiguous stream: programs that each wrote
+      one side (half of every row) read 0.93-0.95 of copy at bf16 D = 128, where this pattern
+      reads 0.99-1.01 as a plain copy.
+    * The tile is held as [BLOCK_R, groups, GW], GW = 16 under VEC (da and db are then multiples
+      of 16, so a group of 16 columns comes from one side) and 1 otherwise: the side, the weight
+      and the masks are per (row, group); per element there is a multiply, the empty side's zero
+      and the rounding.
+    * The edge rows fold into the weights: NaN rows have w = NaN; where the other side is empty,
+      w = 1 exactly (e = 0), so w * x is x bitwise (NaN payloads aside); the empty side's columns
+      are +0 whatever they hold.
+    * The data is loaded first, then a barrier, then the lse: ptxas otherwise placed the data
+      loads after the weights' arithmetic, which waits for the lse loads, two round trips to
+      memory in series per program (no memory operation moves across the barrier)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    GW: tl.constexpr = 16 if VEC else 1
     pid = tl.program_id(0)
     pid_r = pid // n_cb
     pid_c = pid % n_cb
     rows = pid_r.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < n_rows
+    g0 = (pid_c * BLOCK_D + tl.arange(0, BLOCK_D // GW) * GW)[None, :, None]  # first column of each group
+    in_a = g0 < da
+    gmask = rmask[:, None, None] & (g0 < da + db)
+    c = tl.arange(0, GW)[None, None, :]
+    # b's column j sits at j - da (negative under in_a: those lanes are masked, never read)
+    spa = (PA + _row_off(rows, n1, spa0, spa1, TWO_AXES))[:, None, None] + (g0 + c)
+    spb = (PB + _row_off(rows, n1, spb0, spb1, TWO_AXES))[:, None, None] + ((g0 - da) + c)
+    if VEC:
+        spa = tl.max_contiguous(tl.multiple_of(spa, [1, 1, 16]), [1, 1, 16])
+        spb = tl.max_contiguous(tl.multiple_of(spb, [1, 1, 16]), [1, 1, 16])
+    # an empty side's values are read all the same (see attention_merge)
+    x = tl.where(in_a, tl.load(spa, mask=gmask & in_a, other=0.0), tl.load(spb, mask=gmask & ~in_a, other=0.0))
+    tl.debug_barrier()
     la = tl.load(LA + _row_off(rows, n1, sla0, sla1, TWO_AXES), mask=rmask, other=0.0).to(CT)
     lb = tl.load(LB + _row_off(rows, n1, slb0, slb1, TWO_AXES), mask=rmask, other=0.0).to(CT)
     wa, wb, lse, poison, both_empty, a_empty, b_empty = _merge_weights(la, lb)
     nan_rows = poison | both_empty  # the one-shot softmax of an all -inf row is NaN
+    w = tl.where(in_a, tl.where(nan_rows, float("nan"), wa)[:, None, None],
+                 tl.where(nan_rows, float("nan"), wb)[:, None, None])
+    zero = tl.where(in_a, a_empty[:, None, None], b_empty[:, None, None])
+    v = tl.where(zero, 0.0, w * widen(x, F64))
+    dp = (P + _row_off(rows, n1, sp0, sp1, TWO_AXES))[:, None, None] + (g0 + c)
+    if VEC:
+        dp = tl.max_contiguous(tl.multiple_of(dp, [1, 1, 16]), [1, 1, 16])
+    tl.store(dp, to_out(v, P.dtype.element_ty), mask=gmask)
     if pid_c == 0:
         tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
-    offp = _row_off(rows, n1, sp0, sp1, TWO_AXES)
-    if pid_c < n_cb_a:
-        src = PA + _row_off(rows, n1, spa0, spa1, TWO_AXES)
-        dst = P + offp
-        c0 = pid_c * BLOCK_D
-        n = da
-        w = wa
-        zero_rows = a_empty
-        copy_rows = b_empty
-    else:
-        src = PB + _row_off(rows, n1, spb0, spb1, TWO_AXES)
-        dst = P + (offp + da)
-        c0 = (pid_c - n_cb_a) * BLOCK_D
-        n = db
-        w = wb
-        zero_rows = b_empty
-        copy_rows = a_empty
-    cols = c0 + tl.arange(0, BLOCK_D)
-    mask = rmask[:, None] & (cols < n)[None, :]
-    sp = src[:, None] + cols[None, :]
-    dp = dst[:, None] + cols[None, :]
-    if VEC:
-        sp = tl.max_contiguous(tl.multiple_of(sp, [1, 16]), [1, 16])
-        dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
-        mask = tl.max_constancy(mask, [1, 16])
-    x = tl.load(sp, mask=mask, other=0.0)  # read even for an empty side (see attention_merge)
-    v = w[:, None] * widen(x, F64)
-    v = tl.where(nan_rows[:, None], float("nan"), tl.where(zero_rows[:, None], 0.0, v))
-    out = to_out(v, P.dtype.element_ty)
-    out = tl.where(copy_rows[:, None], x, out)
-    tl.store(dp, out, mask=mask)
 
 
 JIT_KERNELS = (_attention_merge_kernel, _softmax_merge_kernel)
@@ -244,25 +249,28 @@ def _plan(batch, row_inputs, lse_inputs, outputs):
 
 
 def _tile(n_cols: int, n_rows: int, dtype: torch.dtype, attention: bool):
-    """([BLOCK_R, BLOCK_D], num_warps): BLOCK_D the row length (at least 16, at most one tile),
-    BLOCK_R the rest of the tile. BLOCK_R does not shrink for few rows: each (BLOCK_D, dtype) is
-    then one compiled variant (a GPU run of the suite had compiled ~500 softmax_merge variants),
-    and masked rows cost nothing. Tiles and warps from benchmarks/sweep.py on the H200
-    (2026-11-29, fraction of copy): 1024-element tiles with one warp per 256 elements for the
-    attention merge and the 32-bit softmax merge (attention float32 D=128 1.01 against 0.94 with
-    2048 / 512, bfloat16 0.96 against 0.92, D=512 bfloat16 0.97 against 0.93; softmax merge
-    float32 D=128 0.99 against 0.92, D=4096 0.98 against 0.94, D=65536 0.98 against 0.94); 2048
-    with one per 512 for the 16-bit softmax merge (bfloat16 D=4096 0.98 against 0.84, D=128 0.91
-    against 0.78); for 16-bit softmax chunks of at most 512 columns, 8192 with one warp per 2048
-    (two sweeps of the eighth session at D = 128, 64 columns a side: 0.94 and 0.94 against 0.90
-    and 0.91; at D = 4096 it read 0.96 against 0.97-0.98, so longer chunks keep 2048 / 512; the
-    lengths between were not measured). MERGE_KERNELS_TILE and MERGE_KERNELS_PER_WARP override
-    them (tuning knobs)."""
-    small = attention or dtype.itemsize >= 4
+    """([BLOCK_R, BLOCK_D], num_warps): BLOCK_D the row length (at least 16, at most one tile;
+    for softmax_merge the concatenated row, Da + Db), BLOCK_R the rest of the tile. BLOCK_R does
+    not shrink for few rows: each (BLOCK_D, dtype) is then one compiled variant (a GPU run of the
+    suite had compiled ~500 softmax_merge variants), and masked rows cost nothing. Tiles and warps
+    from benchmarks/sweep.py on the H200 (fraction of copy): the attention merge 1024-element
+    tiles with one warp per 256 elements (2026-11-29: float32 D=128 1.01 against 0.94 with 2048 /
+    512, bfloat16 0.96 against 0.92, D=512 bfloat16 0.97 against 0.93). The softmax merge (whole
+    output rows per program, 2026-11-30, two sweeps): 16-bit 4096 with one warp per 1024
+    (bfloat16 D=128 0.94-0.95 against 0.82-0.88 with 8192/2048, 8192/1024, 2048/512; D=256
+    0.94-0.95 against 0.86-0.92; D=4096 0.98 against 0.96-0.97); 32-bit and 64-bit 2048 with one
+    per 512 (float32 D=128 0.97 against 0.93-0.94 with 4096/1024, 8192/2048, 1024/256; D=4096
+    0.98-0.99, D=65536 0.98-0.99, as 1024/256). MERGE_KERNELS_TILE and MERGE_KERNELS_PER_WARP
+    override them (tuning knobs)."""
     bd = max(16, triton.next_power_of_2(max(n_cols, 1)))
-    short16 = not small and bd <= 512
-    te = int(L.knob("MERGE_KERNELS_TILE", 1024 if small else (8192 if short16 else 2048)))
-    per_warp = int(L.knob("MERGE_KERNELS_PER_WARP", 256 if small else (2048 if short16 else 512)))
+    if attention:
+        te, pw = 1024, 256
+    elif dtype.itemsize == 2:
+        te, pw = 4096, 1024
+    else:
+        te, pw = 2048, 512
+    te = int(L.knob("MERGE_KERNELS_TILE", te))
+    per_warp = int(L.knob("MERGE_KERNELS_PER_WARP", pw))
     bd = min(te, bd)
     br = te // bd
     return br, bd, L._warps(br * bd, per_warp)
@@ -311,14 +319,13 @@ def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse
     n_rows, n1, (xa, xb), (la, lb), pairs = _plan(batch, [p_a, p_b], [lse_a, lse_b], [(p, False), (lse, True)])
     if n_rows == 0:
         return p, lse
-    br, bd, warps = _tile(max(da, db), n_rows, p_a.dtype, False)
-    n_cb_a, n_cb_b = triton.cdiv(da, bd), triton.cdiv(db, bd)
-    n_cb = max(1, n_cb_a + n_cb_b)  # at least one program per row block writes the lse
+    br, bd, warps = _tile(da + db, n_rows, p_a.dtype, False)
+    n_cb = max(1, triton.cdiv(da + db, bd))  # at least one program per row block writes the lse
     L.note_variant(name, dtype=str(p_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
     (sa, sb, sla, slb, sp, slo) = pairs
     vec = L.vec_ok(da, (xa, *sa), (p, *sp)) and L.vec_ok(db, (xb, *sb))
     _softmax_merge_kernel[(triton.cdiv(n_rows, br) * n_cb,)](
-        xa, la, xb, lb, p, lse, n_rows, n1, da, db, *sa, *sla, *sb, *slb, *sp, *slo, n_cb_a, n_cb,
+        xa, la, xb, lb, p, lse, n_rows, n1, da, db, *sa, *sla, *sb, *slb, *sp, *slo, n_cb,
         F64=p_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
         num_warps=warps)
     return p, lse
