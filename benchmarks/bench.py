@@ -103,10 +103,11 @@ def main():
         # one compiled function serves every shape of a case module (dynamic=False: one graph per
         # shape, as a user with static shapes gets); past dynamo's recompile limit (8) it would
         # silently run eager, so the limit is raised above the number of shapes
-        import torch._dynamo
+        # (bound as a name of its own: a bare `import torch._dynamo` here made torch local to main)
+        import torch._dynamo as dynamo
         for knob in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
-            if hasattr(torch._dynamo.config, knob):
-                setattr(torch._dynamo.config, knob, max(256, getattr(torch._dynamo.config, knob)))
+            if hasattr(dynamo.config, knob):
+                setattr(dynamo.config, knob, max(256, getattr(dynamo.config, knob)))
     if impls & {"liger", "fla"}:
         import peers
         print(f"peers installed: {peers.available() or 'none'}", file=sys.stderr, flush=True)
