@@ -60,9 +60,10 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
         s = {"PA": f"*{dt}", "LA": f"*{_LSE[dt]}", "PB": f"*{dt}", "LB": f"*{_LSE[dt]}", "P": f"*{dt}", "LO": f"*{_LSE[dt]}",
              "n_rows": "i32", "n1": "i32", "da": "i32", "db": "i32", "spa0": "i64", "spa1": "i64", "sla0": "i64", "sla1": "i64",
              "spb0": "i64", "spb1": "i64", "slb0": "i64", "slb1": "i64", "sp0": "i64", "sp1": "i64", "slo0": "i64", "slo1": "i64",
-             "n_cb": "i32", "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
+             "n_cb": "i32", "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "GW": "constexpr"}
         try:
-            k = triton.compile(ASTSource(M._softmax_merge_kernel, s, c), target=tgt, options={"num_warps": 8})
+            gw = (16 if dt == "fp64" else 32) if c["VEC"] else 1
+            k = triton.compile(ASTSource(M._softmax_merge_kernel, s, dict(c, GW=gw)), target=tgt, options={"num_warps": 8})
             print("softmax_merge ok", dt, BR, BD)
         except Exception as e:
             print("softmax_merge FAIL", dt, BR, BD, str(e)[-1500:]); raise SystemExit(1)
