@@ -1,5 +1,11 @@
-"""Scratch: where does bf16 softmax_merge at D = 128 lose? Patterns timed like bench.py (do_bench
-median, fraction of a 1 GB copy), model bytes = 2 * numel(out) * s."""
+"""Where did bf16 softmax_merge at D = 128 lose? Plain Triton copies with the merge's memory
+patterns, timed like bench.py (do_bench median, fraction of a 1 GB copy, model bytes 2 numel(out) s):
+copy_halves (one program per side, writing half of every output row: the merge kernel before the
+thirteenth session), copy_rows (one program writes whole rows from both inputs: the kernel after),
+torch.cat, and kernels.softmax_merge, at bf16 / float32 and several row lengths and tiles.
+
+    python benchmarks/merge_probe.py
+"""
 import os, sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import torch, triton, triton.language as tl
