@@ -375,11 +375,14 @@ def loop_config(backward: bool, dtype: torch.dtype) -> tuple:
 def bwd_maxnreg(dtype: torch.dtype, cfg: Config) -> int:
     """Register cap (ptxas .maxnreg; 0: none) of the 16/32-bit whole-row backward. Its main
     variants hold 48-64 registers (ptxas -v, triton 3.6, sm_90a), which gives 4 warps' programs
-    eight per SM, 8 warps' four and 16 warps' two. sum_exact32's float64 rounding (branch
-    bwd-lean) cut 3-4 SASS per element but took the softmax backward to 72 registers at
-    D = 1024 and 66 at 16384 (one program per SM there); capped at 64, ptxas keeps the same
-    instruction count with no spills. Not measured on a GPU yet. SOFTMAX_KERNELS_BWD_MAXNREG
-    overrides (0 turns it off)."""
+    eight per SM, 8 warps' four and 16 warps' two. sum_exact32's float64 rounding cut 3-4 SASS
+    per element but took the softmax backward to 72 registers at D = 1024 and 66 at 16384 (one
+    program per SM there); capped at 64, ptxas keeps the same instruction count with no spills.
+    H200, 2026-11-30 (benchmarks/RESULTS.md, thirteenth session), bf16, capped vs uncapped, one
+    sweep: softmax 1024 0.92 vs 0.91, 4096 0.94 vs 0.95, 16384 0.77 vs 0.66; log_softmax 1024
+    0.93 vs 0.96, 4096 0.93 vs 0.92, 16384 0.81 vs 0.80; no single cap (0, 56, 64, 72, 80) was
+    best everywhere (softmax 16384 read 0.83 at 72). SOFTMAX_KERNELS_BWD_MAXNREG overrides (0
+    turns it off)."""
     env = knob("SOFTMAX_KERNELS_BWD_MAXNREG")
     if dtype == torch.float64 or cfg.split:
         return 0

@@ -149,7 +149,8 @@ def _softmax_merge_kernel(
       are +0 whatever they hold.
     * The data is loaded first, then a barrier, then the lse: ptxas otherwise placed the data
       loads after the weights' arithmetic, which waits for the lse loads, two round trips to
-      memory in series per program (no memory operation moves across the barrier)."""
+      memory in series per program (no memory operation moves across the barrier). Measured:
+      +0.00-0.01 of copy at bf16 D = 128 (RESULTS.md, thirteenth session, call 4)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     pid = tl.program_id(0)
     pid_r = pid // n_cb

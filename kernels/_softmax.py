@@ -539,6 +539,8 @@ def _bwd_launcher(maxnreg: int):
     if maxnreg not in _BWD_CAPPED:
         _BWD_CAPPED[maxnreg] = L.Launcher(_bwd_kernel, enable_fp_fusion=False, maxnreg=maxnreg)
     return _BWD_CAPPED[maxnreg]
+
+
 _INT32_MAX = 2**31 - 1
 
 
