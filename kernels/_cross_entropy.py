@@ -103,21 +103,28 @@ def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV4, V, sxr, st, ignore_inde
     t = tl.load(T + rows * st, mask=rmask, other=0).to(tl.int64)
     ign = t == ignore_index
     ok = rmask & (t >= 0) & (t < V) & ~ign  # the gather can never fault
-    xt = tl.load(X + rows * sxr + t, mask=ok, other=0.0).to(lse.dtype)
+    # The row loss is formed and stored in float64 (one row's scalar work): lse - x_t reaches
+    # 2 finfo(float32).max for logits of +-finfo.max, which a float32 loss would hold as inf,
+    # while a mean over several rows is finite (float32 logits 9 x 2 of -max with one row
+    # (+max, -max): mean 1.3611e38). float64 logits keep their float64 arithmetic.
+    lse_c = lse
+    lse = lse.to(tl.float64)
+    xt = tl.load(X + rows * sxr + t, mask=ok, other=0.0).to(tl.float64)
     if SMOOTH:
         # two non-negative terms, each formed so it overflows only if it exceeds the range itself;
         # (1 - eps) * x_t is 0 * -inf = NaN for eps = 1 and x_t = -inf, as in torch
-        eps = tl.zeros_like(lse) + eps  # in lse's type (the interpreter holds a float32 argument in float64)
+        eps = (tl.zeros_like(lse_c) + eps).to(tl.float64)  # eps as the compute type holds it (the interpreter holds a float32 argument in float64)
         keep = 1.0 - eps
         # eps (lse - mean(x)) at a quarter scale: both terms and their difference stay in range
-        # (the mean summed unscaled overflowed to -inf by rounding when every logit was -finfo.max:
-        # found on the H200, float32, V = 81, eps = 0.1: loss inf for log 81), and 4 * d
-        # overflows only where eps (lse - mean(x)) exceeds the range itself
+        # for float64 logits (the mean summed unscaled overflowed to -inf by rounding when every
+        # logit was -finfo.max: float32, V = 81, eps = 0.1 gave a loss of inf for log 81), and
+        # 4 * d overflows only where eps (lse - mean(x)) exceeds the range itself
         lse4 = lse * 0.25
-        smooth = 4.0 * (eps * lse4 - eps * SXV4)
+        sxv4 = SXV4.to(tl.float64)
+        smooth = 4.0 * (eps * lse4 - eps * sxv4)
         # a label_smoothing below float32's range reaches a float32 kernel as 0, yet eps > 0
         # times an infinite lse - mean(x) is infinite (0 * inf would be NaN)
-        smooth = tl.where((eps == 0.0) & (lse4 - SXV4 == float("inf")), float("inf"), smooth)
+        smooth = tl.where((eps == 0.0) & (lse4 - sxv4 == float("inf")), float("inf"), smooth)
         loss = (keep * lse - keep * xt) + smooth
     else:
         loss = lse - xt
@@ -573,11 +580,11 @@ def _params(eps: float, V: int, dtype, device, fallback):
 
 
 def _forward_rows(logits, target, ignore_index: int, label_smoothing: float):
-    """(per-row loss, per-row lse) in the compute dtype, shape (N,); no validation."""
+    """(per-row loss in float64, per-row lse in the compute dtype), shape (N,); no validation."""
     x, t = _rows(logits, target)
     N, V = x.shape
     ct = _compute_dtype(logits.dtype)
-    loss = torch.empty(N, dtype=ct, device=x.device)
+    loss = torch.empty(N, dtype=torch.float64, device=x.device)  # formed in float64: _ce_finish
     lse = torch.empty(N, dtype=ct, device=x.device)
     if N == 0:
         return loss, lse
@@ -591,7 +598,7 @@ def _forward_rows(logits, target, ignore_index: int, label_smoothing: float):
         pm = torch.empty((N, cfg.n_chunks), dtype=ct, device=x.device)
         ps, px = torch.empty_like(pm), torch.empty_like(pm)
     else:
-        pm = ps = px = loss
+        pm = ps = px = lse  # unused without SPLIT (a pointer of the compute type)
     _fwd(cfg.grid(N), (x, t, loss, lse, pm, ps, px, EPS,
                        N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v),
          dict(F64=f64, SMOOTH=smooth, SPLIT=split, VEC=_vec(V, (x, x.stride(0), 0)), BLOCK_R=cfg.block_r,

@@ -1,6 +1,7 @@
 """A drawn test case: what it is, how to rebuild it exactly, and how to report a failure on it."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -100,12 +101,16 @@ class PropertyFailure(AssertionError):
     pass
 
 
+TIER_OF: dict = {}  # invariant name -> its tier (filled by properties/invariants.py's registry)
+
+
 def fail(invariant: str, case: Case, target, what: str, index=None, expected=None, actual=None, tol=None,
          call: str = None, out_name: str = "out"):
     """Raise PropertyFailure: the invariant and what broke, the case, the worst element of the
     output named out_name (index None: no element), and the case's reproducer. case: a Case or a
     MergeCase (anything with describe() and reproducer(target_name, call))."""
-    msg = [f"[{invariant}] {what}", "  " + case.describe()]
+    tier = TIER_OF.get(invariant)
+    msg = [f"[{invariant}] {f'({tier} tier) ' if tier else ''}{what}", "  " + case.describe()]
     if index is not None:
         where = f"{out_name}[{', '.join(map(str, index))}]" if len(index) else out_name
         msg.append(f"  worst element {where}: actual={_fmt(float(actual))} expected={_fmt(float(expected))}"
@@ -197,6 +202,13 @@ class MergeCase:
     qk: tuple = ()
     layout: object = None  # strategies.Layout
     lse_layout: str = "contiguous"
+
+    def natural(self) -> "MergeCase":
+        """The same case with every empty state holding its natural values (its chunk's one-shot
+        truth: o = 0 for attention, the NaN softmax of an all -inf row for softmax) instead of
+        garbage: what the default tier feeds (flash / ring attention libraries define an empty
+        state as o = 0, lse = -inf, and may compute 0 * o there)."""
+        return self if not self.garbage else dataclasses.replace(self, garbage=())
 
     # ---- the logical values
     @property

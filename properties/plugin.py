@@ -34,7 +34,7 @@ LIMITS = {  # shape limits per profile
 }
 
 # gathered from test reports (so it works under pytest-xdist too) and printed in the summary
-WORST_ULP: dict = {}  # (op, dtype) -> (largest fraction of the bound used, largest error in ulps)
+WORST_ULP: dict = {}  # (op, dtype) -> {statistic: largest value} (invariants.record_worst)
 STATS: dict = {}  # test id -> (examples, seconds)
 COMPILES: dict = {}  # worker -> (variants requested, Triton compilations)
 REPLAYS: list = []  # replay files written for this run's failures (properties/replay.py)
@@ -66,9 +66,9 @@ def pytest_runtest_logreport(report):
             STATS[report.nodeid.split("::")[-1]] = tuple(val)
         elif key == "softmax_ulps":
             for k, v in val.items():
-                k = tuple(k)
-                old = WORST_ULP.get(k, (0.0, 0.0))
-                WORST_ULP[k] = (max(old[0], v[0]), max(old[1], v[1]))
+                d = WORST_ULP.setdefault(tuple(k), {})
+                for stat, x in v.items():
+                    d[stat] = max(d.get(stat, 0.0), x)
         elif key == "softmax_compiles":
             COMPILES[worker] = tuple(val)
         elif key == "softmax_replay":
@@ -87,6 +87,11 @@ def pytest_addoption(parser):
     group = parser.getgroup("softmax-properties", "softmax-family property suite")
     group.addoption("--target", default="kernels", metavar="MODULE",
                     help="importable module whose softmax/log_softmax/logsumexp/... are tested (default: kernels)")
+    group.addoption("--tier", default="default", choices=("default", "strict"),
+                    help="default: the laws every correct implementation passes (a failure is a bug); strict: "
+                         "those plus the reproducibility and robustness guarantees beyond them (bitwise layout / "
+                         "dim / shift invariance, overflow-free extremes, the tight reduction-depth bound); "
+                         "see docs/tiers.md")
     group.addoption("--properties-log", default=None, metavar="PATH",
                     help="append a line per finished test and every failure's report to PATH as they happen")
     group.addoption("--properties-examples", type=int, default=None, metavar="N",
@@ -103,6 +108,8 @@ def pytest_configure(config):
     global _LOG_PATH
     _LOG_PATH = None if hasattr(config, "workerinput") else config.getoption("properties_log", None)
     config.addinivalue_line("markers", "properties: property-based correctness tests of softmax-family kernels")
+    config.addinivalue_line("markers", "tier(name): the tier of a test that is not a registered invariant "
+                                       "('strict' runs only with --tier strict)")
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("gpu" if torch.cuda.is_available() else "ci")
     from . import interpreter
@@ -140,10 +147,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.properties)
+    # the tier: strict-tier laws run only with --tier strict (before the expected failures are
+    # applied, so an xfails entry naming a strict law still matches a collected test)
+    if config.getoption("tier") != "strict":
+        keep, drop = [], []
+        for item in items:
+            (drop if item_tier(item) == "strict" else keep).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+            config._softmax_strict_deselected = len(drop)
     # expected failures: runs before -k/-m deselection, so "matches no test" means no test at all;
     # under xdist every worker collects everything, so one of them warns
     worker = getattr(config, "workerinput", {}).get("workerid", "gw0")
     expected.apply(expected.load(config), items, warn=worker == "gw0")
+
+
+def item_tier(item) -> str:
+    """The tier of a collected test: its invariant's (test_property), or a tier marker's
+    (``@pytest.mark.tier("strict")``); everything else is default."""
+    inv = getattr(getattr(item, "callspec", None), "params", {}).get("inv")
+    if inv is not None and hasattr(inv, "tier"):
+        return inv.tier
+    mark = item.get_closest_marker("tier")
+    return mark.args[0] if mark else "default"
 
 
 def pytest_report_header(config):
@@ -151,7 +178,7 @@ def pytest_report_header(config):
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     dev = (f"{n} x {torch.cuda.get_device_name(0)}" if n > 1 else torch.cuda.get_device_name(0)) if n else "cpu (Triton interpreter)"
     return [f"softmax-properties: device={dev} torch={torch.__version__} triton={triton.__version__} "
-            f"profile={config._softmax_profile} target={config.getoption('target')} "
+            f"profile={config._softmax_profile} tier={config.getoption('tier')} target={config.getoption('target')} "
             f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}"]
 
 
@@ -171,6 +198,9 @@ def target(pytestconfig):
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr = terminalreporter
+    n = getattr(config, "_softmax_strict_deselected", 0)
+    if n:
+        tr.write_line(f"softmax-properties: tier=default; {n} strict-tier tests not run (--tier strict runs them)")
     if STATS:
         tr.section("softmax-properties: examples per property")
         total_n = total_t = 0
@@ -180,10 +210,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             tr.write_line(f"{name:70s} {n:6d} examples {n / max(t, 1e-9):9.1f}/s")
         tr.write_line(f"{'all':70s} {total_n:6d} examples {total_n / max(total_t, 1e-9):9.1f}/s  ({total_t:.1f}s)")
     if WORST_ULP:
-        tr.section("softmax-properties: largest error found by matches_oracle")
-        tr.write_line(f"{'op':24s} {'dtype':10s} {'of bound':>9s} {'ulps of ref':>12s}  (ulps: misleading where the exact result is ~0)")
-        for (op, dt), (frac, ulps) in sorted(WORST_ULP.items()):
-            tr.write_line(f"{op:24s} {dt:10s} {frac:9.3f} {ulps:12.3g}")
+        tr.section("softmax-properties: largest error found by matches_oracle, as a fraction of each tier's bound")
+        tr.write_line(f"{'op':24s} {'dtype':10s} {'default':>8s} {'strict':>8s} {'torch':>8s} {'ulps of ref':>12s}"
+                      "  (torch: torch's own error on the same inputs, of the default bound; ulps: misleading "
+                      "where the exact result is ~0)")
+        for (op, dt), st_ in sorted(WORST_ULP.items()):
+            cells = [f"{st_[k]:8.3f}" if k in st_ else f"{'-':>8s}" for k in ("default", "strict", "torch")]
+            tr.write_line(f"{op:24s} {dt:10s} {' '.join(cells)} {st_.get('ulps', 0.0):12.3g}")
     if REPLAYS:
         tr.section("softmax-properties: counterexamples saved")
         for path in REPLAYS:

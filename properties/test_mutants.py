@@ -66,6 +66,13 @@ MUTANTS = {  # module in properties/mutants -> the op it breaks
     "ce_dloss_strides_ignored": "cross_entropy_backward",  # dloss read with a unit stride
     "ce_grad_in_logits": "cross_entropy_backward",  # gradient written over the logits
     "ce_no_target_check": "cross_entropy",  # out-of-range targets not rejected
+    # the strict tier's laws, each caught alone by a mutant that every default-tier law accepts
+    "unscaled_softmax_backward": "softmax_backward",  # textbook float32 VJP, overflows near finfo.max
+    "shift_by_floor_max": "softmax",  # subtracts floor(max): accurate, not bitwise shift-invariant
+    "path_dependent_sum_order": "softmax",  # sum order depends on layout, dim and other rows
+    "merge_path_dependent_rounding": "attention_merge",  # float32 or float64 by layout and batch
+    "ce_float32_row_losses": "cross_entropy",  # float32 row losses: inf mean at +-finfo.max
+    "ce_ignored_rows_nan_gradient": "cross_entropy_backward",  # torch's NaN on ignored non-finite rows
 }
 
 MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4, "merge_lse_arithmetic": 4, "merge_lse_max": 4,

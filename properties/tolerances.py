@@ -6,8 +6,12 @@ Contract a correct kernel must meet (accumulation in at least float32):
     lg2.approx / div.full are within 2), and subnormal values may flush to zero (FTZ) wherever
     they enter compute-precision arithmetic: a flushed element moves its output by < tiny_c, a
     flushed term of a row sum moves the sum by < tiny_c (so D * tiny_c for the whole row);
-  * every row reduction has sequential chains of at most ``depth(D) = ceil(D / 256) + ceil(log2 D) + 1``
-    additions (any GPU kernel reducing over >= 256 lanes, then a tree, qualifies);
+  * a row reduction of D terms may add them in any order and association (``depth_any(D)``: each
+    term meets at most D - 1 roundings, the worst case of recursive summation); this is the
+    ``default`` tier's contract, met by every float32-accumulating implementation (torch's CPU
+    kernels with 16-lane vectors and chains of D / 16, a loop over 64-wide blocks, a GPU tree).
+    The ``strict`` tier (``matches_oracle_strict``) holds the project's kernels to sequential chains
+    of at most ``depth(D) = ceil(D / 256) + ceil(log2 D) + 1`` additions (>= 256 lanes, then a tree);
   * the output is the computed value rounded to nearest in the output dtype.
 
 Each ``*_bound`` returns, per output element, an absolute bound ``eps`` on the error of the
@@ -44,8 +48,47 @@ ATOL_FTZ = 4.0  # multiples of tiny_c: flushed exp/product/quotient, each below 
 
 
 def depth(n: int) -> int:
+    """Roundings a term of an n-term row sum meets when the sum runs over >= 256 lanes and then a
+    tree: ceil(n / 256) sequential additions per lane, ceil(log2 n) tree levels, one more for the
+    conversion of the result. The strict tier's reduction depth."""
     n = max(int(n), 1)
     return math.ceil(n / 256) + math.ceil(math.log2(n)) + 1
+
+
+def depth_any(n: int) -> float:
+    """The same count for a sum in ANY order and association (recursive, blocked, vector lanes then
+    a tree, pairwise): every addition rounds once and a term takes part in at most n - 1 of them,
+    so the computed sum is within gamma_{n-1} sum |x_i| of the exact one, gamma_k = k u / (1 - k u)
+    (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., Lemma 3.1 and eq. 4.4). In
+    units of u at the least precise compute precision the contract allows (u = 2**-24, where the
+    factor 1 / (1 - k u) is largest), plus one for the conversion of the result, as in depth().
+    The default tier's reduction depth: no correct float32-accumulating kernel exceeds it,
+    whatever its summation order."""
+    k = max(int(n), 1) - 1
+    return k / (1 - k * 2.0**-24) + 1
+
+
+def vjp_in_range(op: str, a: torch.Tensor, g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Rows (bool, per row) whose explicit VJP cannot overflow the compute precision (float32, or
+    float64 for float64 inputs) when formed by its textbook formula in any summation order: the
+    default tier's "inputs of ordinary magnitude" for the VJPs. softmax: dot = sum_j y_j g_j and
+    g_i - dot, so every partial sum and difference is at most (1 + gamma) (sum_j |y_j g_j| + max_i
+    |g_i|), and 2 (...) <= finfo.max keeps it finite for any gamma <= 1; log_softmax: S = sum_j g_j,
+    partial sums at most (1 + gamma) sum_j |g_j|, and exp(z_i) S <= |S|. Outside these rows a
+    plain float32 kernel (torch's own, on the CPU and on CUDA) returns inf or NaN where the exact
+    VJP is finite, e.g. softmax_backward with dy = finfo(float32).max; computing without overflow
+    there is a robustness guarantee of the strict tier (matches_oracle_strict). a, g: float64;
+    non-finite entries count as 0, so rows poisoned by NaN / inf keep their semantics in the default
+    tier."""
+    big = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).max
+    with torch.no_grad():
+        ga = torch.where(torch.isfinite(g), g.abs(), 0.0)
+        if op == "softmax_backward":
+            aa = torch.where(torch.isfinite(a), a.abs(), 0.0)
+            need = (aa * ga).sum(-1) + (ga.amax(-1) if g.shape[-1] else 0.0)
+        else:
+            need = ga.sum(-1)
+    return 2 * need <= big
 
 
 def ulp(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

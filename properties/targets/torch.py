@@ -1,0 +1,104 @@
+"""``--target properties.targets.torch``: PyTorch itself, the suite's calibration target.
+
+    python -m pytest -m properties --target properties.targets.torch
+
+Every law of the ``default`` tier must pass a correct implementation, and PyTorch's own ops are
+the implementation most users trust: a default-tier failure here is either a genuine PyTorch bug
+(``FINDINGS.md``, with an FP64 reproducer, and ``properties/xfails/properties.targets.torch.txt``
+with the reason) or a defect of the suite. Each function is what a user would write:
+
+* ``softmax`` / ``log_softmax``: ``torch.softmax`` / ``torch.log_softmax`` (input dtype out).
+* ``logsumexp``: ``torch.logsumexp`` of the input upcast to float32 (float64 stays float64): the
+  contract's output dtype, and what a user who wants a float32 lse of 16-bit logits writes.
+* ``softmax_backward`` / ``log_softmax_backward``: the aten backward ops autograd calls
+  (``torch.ops.aten._softmax_backward_data`` / ``_log_softmax_backward_data``).
+* ``softmax_merge`` / ``attention_merge``: two partial states merged with torch ops, in float32
+  (float64 for float64), the empty-state convention of flash / ring attention (an empty side,
+  lse = -inf, weighs exactly 0; two empty sides give o = 0 and lse = -inf, softmax NaN).
+* ``cross_entropy``: ``torch.nn.functional.cross_entropy`` on the rows flattened to (N, V);
+  ``cross_entropy_backward``: autograd through it.
+
+Every function takes ``dim=`` like torch's own, so ``dim_argument`` runs. Nothing is refused
+(``SUITE_REFUSALS = ()``): torch raises only for inputs the suite never draws.
+
+``properties.targets.torch_compile`` runs the same functions through ``torch.compile`` (inductor
+generates Triton kernels on a GPU).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SUITE_REFUSALS = ()
+
+
+def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.softmax(x, dim)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.log_softmax(x, dim)
+
+
+def logsumexp(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.logsumexp(x.to(_lse_dtype(x.dtype)), dim)
+
+
+def softmax_backward(y: torch.Tensor, dy: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.ops.aten._softmax_backward_data(dy, y, dim, y.dtype)
+
+
+def log_softmax_backward(z: torch.Tensor, dz: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.ops.aten._log_softmax_backward_data(dz, z, dim, z.dtype)
+
+
+def _weights(lse_a: torch.Tensor, lse_b: torch.Tensor):
+    """(w_a, w_b, lse, poisoned) of a merge, in the lse dtype: lse = logaddexp(lse_a, lse_b),
+    w = exp(l - lse). An empty side (-inf) weighs exactly 0; both empty give lse = -inf; a NaN or
+    +inf lse poisons the row's values (as a NaN or +inf logit does), which ``poisoned`` marks."""
+    lse = torch.logaddexp(lse_a, lse_b)
+    finite = torch.isfinite(lse)
+    safe = torch.where(finite, lse, torch.zeros_like(lse))
+    w_a = torch.where(lse_a == -torch.inf, 0.0, torch.exp(lse_a - safe))
+    w_b = torch.where(lse_b == -torch.inf, 0.0, torch.exp(lse_b - safe))
+    return w_a, w_b, lse, torch.isnan(lse) | (lse == torch.inf)
+
+
+def _scaled(x, w):
+    """w x in w's dtype, 0 where w is 0 (an empty side's values never reach the output)."""
+    return torch.where(w[..., None] == 0, 0.0, x.to(w.dtype) * w[..., None])
+
+
+def softmax_merge(p_a, lse_a, p_b, lse_b):
+    """p = [w_a p_a, w_b p_b], lse = logaddexp(lse_a, lse_b); NaN p where both are empty (the
+    softmax of an all -inf row) or the row is poisoned."""
+    w_a, w_b, lse, poisoned = _weights(lse_a, lse_b)
+    p = torch.cat([_scaled(p_a, w_a), _scaled(p_b, w_b)], -1)
+    nan_rows = poisoned | (lse == -torch.inf)
+    p = torch.where(nan_rows[..., None], torch.nan, p)
+    return p.to(p_a.dtype), lse
+
+
+def attention_merge(o_a, lse_a, o_b, lse_b):
+    """o = w_a o_a + w_b o_b, lse = logaddexp(lse_a, lse_b); o = 0 where both are empty."""
+    w_a, w_b, lse, poisoned = _weights(lse_a, lse_b)
+    o = torch.where(poisoned[..., None], torch.nan, _scaled(o_a, w_a) + _scaled(o_b, w_b))
+    return o.to(o_a.dtype), lse
+
+
+def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    V = logits.shape[-1]
+    loss = F.cross_entropy(logits.reshape(-1, V), target.reshape(-1).long(), ignore_index=ignore_index,
+                           reduction=reduction, label_smoothing=float(label_smoothing))
+    return loss.reshape(target.shape) if reduction == "none" else loss
+
+
+def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+    x = logits.detach().clone().requires_grad_(True)
+    loss = cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing)
+    (dx,) = torch.autograd.grad(loss, x, dloss.to(loss.dtype))
+    return dx
