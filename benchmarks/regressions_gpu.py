@@ -1,5 +1,5 @@
-"""The counterexamples the GPU runs of the suite found (2026-11-29, two sessions), re-run directly on the GPU:
-each prints OK or FAIL with what it saw. Fast (no Hypothesis): run it first in a GPU session.
+"""Counterexamples of the suite's GPU runs, re-run directly on the GPU: each prints OK or FAIL with
+what it saw. Fast (no Hypothesis): run it first on a GPU machine.
 
     python benchmarks/regressions_gpu.py
 """
