@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The property suite against the third-party adapters (properties/targets/) on a GPU, one after
-# the other, each for a bounded time. Installs the wheels in .whl/ (liger-kernel, fla-core; carry
+# the other, each for a bounded time. Installs the wheels in .whl/ (liger-kernel, fla-core; copy
 # the ignored .whl folder to the machine) without dependencies into /tmp/site, offline.
 #   ADAPTERS        targets to run (default: "liger fla")
 #   PROFILE         Hypothesis profile (default: gpu)
@@ -17,7 +17,7 @@ OUT=$(cd "$OUT" && pwd)
 PROFILE=${PROFILE:-gpu}
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || { echo "installing .whl/*.whl failed (carry the .whl folder)"; exit 2; }
+  || { echo "installing .whl/*.whl failed (copy the .whl folder to the machine)"; exit 2; }
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 python3 -c "import liger_kernel, fla, importlib.metadata as m; print('liger-kernel', m.version('liger-kernel'), 'fla-core', m.version('fla-core'))" \
   2>&1 | tail -n 3 | tee "$OUT/versions.txt"

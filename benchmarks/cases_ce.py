@@ -1,6 +1,6 @@
 """Cross-entropy benchmark cases for benchmarks/bench.py: forward + backward in bfloat16 at the
-three (M, V) of /work/shared/ANCHORS.md, in model bytes 3 N V s (read logits forward, read them
-again and write the gradient backward).
+three (rows, vocabulary) shapes of SHAPES (LLM vocabularies of 32K, 128K and 256K), in model bytes
+3 N V s (read logits forward, read them again and write the gradient backward).
 
     from cases_ce import cases
     for c in cases(quick=False): ...   # dicts: op, pass_, dtype, D, N, nbytes, impls
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import kernels  # noqa: E402
 import peers  # noqa: E402
 
-SHAPES = [(16384, 32000), (8192, 128256), (4096, 262144)]  # ANCHORS.md, cross-entropy table
+SHAPES = [(16384, 32000), (8192, 128256), (4096, 262144)]  # (rows, V)
 
 
 class _Skip(Exception):

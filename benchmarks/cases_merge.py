@@ -1,14 +1,14 @@
 """Benchmark cases for the merges (softmax_merge, attention_merge), for benchmarks/bench.py.
 
-``cases(quick)`` yields one dict per case: op, pass_ ("fwd"), dtype (str), D (row length: Dv, or
-Da + Db), N (rows), nbytes (model bytes), impls (name -> zero-arg callable): "ours" (kernels),
-"torch" (the eager formula of seed 003, ``_update_out_and_lse`` / ``online_softmax3``) and
+``cases(quick)`` yields one dict per case: op, pass_ ("fwd"), dtype (str), D (row length: Dv,
+or Da + Db), N (rows), nbytes (model bytes), impls (name -> zero-arg callable): "ours" (kernels), "torch"
+(the eager formulas: ring attention's ``_update_out_and_lse``, the online-softmax merge) and
 "compile" (torch.compile of that formula, when it compiles). Each case allocates about 1 GB of
 inputs and outputs; tensors are freed when the generator moves on.
 
 Model bytes: attention_merge 3 * numel(o) * s (read o_a and o_b, write o; the lse vectors, 1/Dv of
-that, are not counted), as in shared/ANCHORS.md; softmax_merge 2 * numel(p) * s (read p_a and
-p_b, together numel(p), write p).
+that, are not counted); softmax_merge 2 * numel(p) * s (read p_a and p_b, together numel(p),
+write p).
 """
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ import kernels  # noqa: E402
 
 
 def eager_attention_merge(o_a, lse_a, o_b, lse_b):
-    """Seed 003's _update_out_and_lse in float32, the result cast back to o's dtype."""
+    """Ring attention's eager _update_out_and_lse in float32, the result cast back to o's dtype."""
     lse = lse_a + torch.log(1 + torch.exp(lse_b - lse_a))
     o = torch.exp(lse_a - lse)[..., None] * o_a.float() + torch.exp(lse_b - lse)[..., None] * o_b.float()
     return o.to(o_a.dtype), lse
 
 
 def eager_softmax_merge(p_a, lse_a, p_b, lse_b):
-    """Seed 003's online_softmax3 (rows of chunks), the result cast back to p's dtype."""
+    """The eager online-softmax merge (rows of chunks), the result cast back to p's dtype."""
     qa = p_a.float() / (1 + torch.exp(lse_b - lse_a))[..., None]
     qb = p_b.float() / (1 + torch.exp(lse_a - lse_b))[..., None]
     lse = lse_a + torch.log(1 + torch.exp(lse_b - lse_a))

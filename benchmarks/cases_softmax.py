@@ -1,6 +1,6 @@
 """Benchmark cases of softmax, log_softmax (forward and backward) and logsumexp: one tensor of
 2**28 elements per input (0.5 GB bf16, 1 GB fp32), random normal data, and at D = 1,048,576 also
-few rows (N = 8, issue 6's few-rows target: the split path spreads each row over many programs). Model bytes: forward
+few rows (N = 8, where the split path spreads each row over many programs). Model bytes: forward
 2*N*D*s, backward 3*N*D*s, logsumexp N*D*s + 4*N."""
 from __future__ import annotations
 

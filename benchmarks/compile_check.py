@@ -1,6 +1,6 @@
 """Compile the kernels' main variants for sm_90 (H100/H200) on a machine without a GPU, with the
 installed triton, and report any compile error. Catches what the CPU interpreter accepts but the
-compiler refuses (e.g. non-constexpr globals) before spending device time.
+compiler refuses (e.g. non-constexpr globals) before a GPU run.
 
     python benchmarks/compile_check.py
 """

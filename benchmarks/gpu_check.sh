@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU session in one call: the property suite (gpu profile unless PROFILE is set), then the
+# A whole GPU check in one command: the property suite (gpu profile unless PROFILE is set), then the
 # benchmark; the benchmark table is printed last. Logs and results go to $OUT (or ./gpu-out).
 #   progress.log: a line per finished test and every failure's full report, written as they happen
 #   suite.log:    pytest's own output;  bench.log / bench.json / *.png: the benchmark
@@ -27,14 +27,14 @@ for _ in $(seq 60); do
   sleep 1
 done
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
-  # the peers (liger-kernel, fla-core) for --impls liger,fla: the wheels in .whl/ (carry it), for
+  # the peers (liger-kernel, fla-core) for --impls liger,fla: the wheels in .whl/ (copy it along), for
   # the benchmark only (installed for the suite, they would also run its adapter tests)
   BENCH_PY=""
   if ls .whl/*.whl > /dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
       --upgrade --target /tmp/peers .whl/*.whl; then
     BENCH_PY=/tmp/peers
   fi
-  mkdir -p "$OUT/bench"  # bench.json and the PNGs, packed into one file (the device tool returns 8 files)
+  mkdir -p "$OUT/bench"  # bench.json and the PNGs, packed into one file, bench.tgz
   PYTHONPATH=${BENCH_PY}${PYTHONPATH:+:$PYTHONPATH} timeout -s INT ${BENCH_TIMEOUT:-1800} python3 benchmarks/bench.py ${BENCH_ARGS:-} --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log" | tail -n 80
   tar czf "$OUT/bench.tgz" -C "$OUT" bench && rm -rf "$OUT/bench"
 fi

@@ -4,8 +4,8 @@ with cProfile and print the functions that took the most time themselves.
 
 An eager call whose kernels are shorter than its host time is bound by the host; under
 triton.testing.do_bench that shows once the host time exceeds the L2 flush's GPU time (a 256 MB
-memset, ~60-70 us on the H200) that each timing enqueues first (eleventh session: bf16 logsumexp;
-8 rows of 2**20 read 0.03-0.18 of copy).
+memset, ~60-70 us on an H200) that each timing enqueues first (e.g. 8 rows of 2**20 read
+0.03-0.18 of copy).
 
     python benchmarks/host_profile.py --cases "softmax:8x1048576:bfloat16,softmax:64x1024:bfloat16"
 """

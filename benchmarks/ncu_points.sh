@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Nsight Compute on the benchmark points below target (issue 6), one kernel launch each, clocks left
+# Nsight Compute on the benchmark points below target (docs/results.md), one kernel launch each, clocks left
 # alone: DRAM bytes against the model's, L2 hit rate, throughput, occupancy and registers. Then the
 # few-rows cases timed with and without a CUDA graph (the host's launch cost). The full ncu output
-# goes to one file, $OUT/ncu.log (the device tool returns at most 8 files).
+# goes to one file, $OUT/ncu.log.
 #   OUT=/tmp/o bash benchmarks/ncu_points.sh
 #   POINTS="lse_bf16_16384 whole_bwd_bf16_16384" DETAIL=1 OUT=/tmp/o bash benchmarks/ncu_points.sh
 # POINTS: the points to profile (default all, then the few-rows timings); DETAIL=1 adds Nsight

@@ -1,5 +1,5 @@
 """The peers the benchmark times beside our kernels, where they offer an op: liger-kernel 0.8.5 and
-fla-core 0.6.0 (the versions of shared/ANCHORS.md). Each is timed only when importable (on the
+fla-core 0.6.0 (the versions the adapters pin). Each is timed only when importable (on the
 GPU machine: the wheels in ``.whl/``, which gpu_check.sh installs for the benchmark step) and asked
 for by ``--impls``.
 
@@ -9,7 +9,7 @@ What each offers, through the entry points its own modules use (the property tar
 * softmax forward / backward: liger ``liger_softmax`` / ``ops.softmax._softmax_backward`` with
   ``calculate_settings(D)``; fla ``ops.utils.softmax_fwd`` / ``softmax_bwd`` (output in the input's
   dtype). Both hold a row in one block and refuse rows over 65,536 columns (liger raises; fla's
-  block does not compile): those cases are left out, as in ANCHORS.md.
+  block does not compile): those cases are left out.
 * logsumexp: fla ``ops.utils.logsumexp_fwd`` (float32; longer rows in 65,536-column blocks merged
   by torch). liger has none.
 * log_softmax, the merges: neither offers one.

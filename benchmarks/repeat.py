@@ -2,10 +2,10 @@
 bench.py can be trusted: each round builds the cases afresh (new random inputs in new memory) and
 times each chosen case TIMES times with bench.py's do_bench, then 20 launches back to back between
 two events, and prints the fractions of copy and the host's time per launch. A kernel shorter
-than its launch's host time reads low both ways and varies with the host's speed (eleventh
-session: bf16 logsumexp, ~125 us of kernel behind ~220 us of host time per eager call on the
-H200 machine, read 0.51-0.88 in do_bench and 0.53-0.67 in the loop, while softmax forward, 250 us
-of kernel behind the same host time, read 0.99 and 0.94).
+than its launch's host time reads low both ways and varies with the host's speed (e.g. an eager
+bf16 logsumexp with ~125 us of kernel behind ~220 us of host time per call on an H200 system
+reads 0.51-0.88 in do_bench and 0.53-0.67 in the loop, while softmax forward, 250 us of kernel
+behind the same host time, reads 0.99 and 0.94).
 
     python benchmarks/repeat.py --ops logsumexp,softmax:fwd --dtypes bfloat16 --ds 128,16384 --rounds 4
 """

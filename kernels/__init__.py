@@ -25,9 +25,9 @@ def _plain_eager(x) -> bool:
     """True where the torch.library op adds nothing but host time: a plain strided tensor (not a
     subclass, nested or meta) that needs no gradient, outside torch.compile and torch.jit.trace,
     with no dispatch mode, torch function mode or functorch transform active. There the kernels
-    are called directly: the op's dispatcher, autograd and dynamo layers cost ~20 us per call
-    here and ~100 on the H200 machine's host, where an eager bf16 logsumexp of 0.5 GB (~125 us
-    of kernel) was bound by its ~220 us of host time (benchmarks/repeat.py)."""
+    are called directly: the op's dispatcher, autograd and dynamo layers cost ~20-100 us per call,
+    depending on the host (~100 on an H200 system, where an eager bf16 logsumexp of 0.5 GB, ~125
+    us of kernel, is otherwise bound by its ~220 us of host time: benchmarks/repeat.py)."""
     return (type(x) is torch.Tensor and x.layout == torch.strided and not x.is_nested and not x.is_meta
             and not (x.requires_grad and torch.is_grad_enabled())
             and not torch.compiler.is_compiling() and torch._C._get_tracing_state() is None

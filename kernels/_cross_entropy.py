@@ -365,7 +365,7 @@ def _ce_reduce_kernel(LR, STATS, OUT, n, MEAN: tl.constexpr, BLOCK: tl.constexpr
 
 
 JIT_KERNELS = (_ce_fwd_kernel, _ce_merge_kernel, _ce_bwd_kernel, _ce_targets_kernel, _ce_reduce_kernel)
-# launched through L.Launcher: each Triton launch cost 28-62 us of host time on the H200 machine
+# launched through L.Launcher: a plain Triton launch costs 28-62 us of host time on an H200 system
 # (benchmarks/ce_parts.py --host), four per training step
 _fwd, _merge, _bwd, _targets, _reduce = (L.Launcher(k) for k in JIT_KERNELS)
 
@@ -376,7 +376,7 @@ _fwd, _merge, _bwd, _targets, _reduce = (L.Launcher(k) for k in JIT_KERNELS)
 def max_tile(dtype: torch.dtype) -> int:
     """Columns one program handles per loop iteration; longer rows loop. On the GPU 16 KB of
     logits for 16-bit dtypes, 8 warps (16 elements per thread). bfloat16 on the H200
-    (benchmarks/ce_parts.py, 2026-11-29, fraction of copy at V = 32000 / 128256 / 262144):
+    (benchmarks/ce_parts.py, fraction of copy at V = 32000 / 128256 / 262144):
     forward 0.99 / 1.03 / 1.02 (a read only can pass the copy), against 0.96-1.03 for the other
     tiles tried (2048 to 8192 columns, 4 to 8 warps): the forward keeps 31 registers whatever
     the tile, so every choice runs 2048 threads per SM. Backward 0.91 / 0.90 / 0.88 (another run:
@@ -429,8 +429,8 @@ def _config(n_rows: int, V: int, dtype: torch.dtype, device: torch.device, knobs
 
 
 def config(n_rows: int, V: int, dtype: torch.dtype, device: torch.device) -> CEConfig:
-    """CEConfig for these rows, cached (with the tuning knobs in the key): building one cost
-    ~39 us of host time per call on the H200 machine (benchmarks/ce_parts.py --host), twice
+    """CEConfig for these rows, cached (with the tuning knobs in the key): building one costs
+    ~39 us of host time per call on an H200 system (benchmarks/ce_parts.py --host), twice
     per training step."""
     knobs = (L.knob("CE_KERNELS_MAX_TILE"), L.knob("CE_KERNELS_NUM_WARPS"))
     return _config(n_rows, V, dtype, device, knobs)
@@ -489,7 +489,7 @@ class TargetCheck:
     raises a ValueError naming the first out-of-range target.
 
     The pinned buffer and the event are made once per thread and device and reused (allocating
-    them cost ~80 us of host time per call on the H200 machine): a check must be finished before
+    them costs ~80 us of host time per call on an H200 system): a check must be finished before
     the next one on the same thread and device is made, which every caller here does."""
 
     def __init__(self, stats: torch.Tensor, target: torch.Tensor, V: int, ignore_index: int, op: str):

@@ -28,8 +28,8 @@ _knobs = None
 def knob(name: str, default=None):
     """The tuning knob `name` (an environment variable SOFTMAX_KERNELS_*, MERGE_KERNELS_*,
     CE_KERNELS_*) as the environment held it at the first knob() call or the last reload_knobs():
-    reading os.environ on every launch cost ~1 us per knob here and ~5 on the H200 machine's
-    host, up to ten per launch. A process that changes these variables after its first launch
+    reading os.environ on every launch costs ~1-5 us per knob, depending on the host, and a
+    launch reads up to ten. A process that changes these variables after its first launch
     (benchmarks/sweep.py) calls reload_knobs()."""
     if _knobs is None:
         reload_knobs()
@@ -165,7 +165,7 @@ def _plan_contiguous(inputs, outputs) -> RowPlan:
     """plan_rows for non-empty contiguous tensors reduced along the last axis: the batch axes
     collapse into one of n_rows rows, n_cols apart in the inputs and in same-shape outputs, 1
     apart in per-row outputs; a single row has no batch axis left (n1 = 1, strides 0). ~6 us of
-    host time less per call than the general path (~25 on the H200 machine's host)."""
+    host time less per call than the general path (which takes ~25 us on a slow host)."""
     n_cols = inputs[0].shape[-1]
     n_rows = inputs[0].numel() // n_cols
     if n_rows == 1:
@@ -277,17 +277,17 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
     if dtype == torch.float64:
         per_warp, tile = (256, 2048) if backward else (1024, tile_elems(dtype))
     elif backward:
-        # swept on the H200 (benchmarks/sweep.py, 2026-11-29): 2048-element tiles with 16
-        # elements per thread were best or within 0.02 of best at D = 128 ... 4096 in bf16
-        # (0.92-0.94 of copy; the 8192-element default of the forward gave 0.50-0.88) and fp32.
-        # Rows of at most 256: 1024-element tiles (tenth session, two sweeps: bf16 log_softmax
-        # 0.88 -> 0.90-0.91, softmax 0.91-0.92 -> 0.92-0.93, fp32 log_softmax D=128 0.97 ->
-        # 1.03; at 512 and 1024 they lose 0.03-0.08 in bf16)
+        # swept on an H200 (benchmarks/sweep.py): 2048-element tiles with 16 elements per
+        # thread were best or within 0.02 of best at D = 128 ... 4096 in bf16 (0.92-0.94 of
+        # copy; the forward's 8192-element tiles gave 0.50-0.88) and fp32. Rows of at most 256:
+        # 1024-element tiles (two sweeps, against 2048: bf16 log_softmax 0.88 -> 0.90-0.91,
+        # softmax 0.91-0.92 -> 0.92-0.93, fp32 log_softmax D=128 0.97 -> 1.03; at 512 and 1024
+        # they lose 0.03-0.08 in bf16)
         per_warp, tile = 512, (1024 if bd <= 256 else 2048)
     elif dtype.itemsize == 2:
         # the same sweep: 2048-element tiles, 32 elements per thread: 0.98-0.99 at D = 128 and
         # 1024 (8192-element tiles: 0.81-0.98). Whole rows of 16384: 8 warps, not 16 (H200,
-        # ninth session, two sweeps each: logsumexp 0.64 -> 0.81, softmax 0.86 -> 0.88,
+        # two sweeps each, 16 -> 8 warps: logsumexp 0.64 -> 0.81, softmax 0.86 -> 0.88,
         # log_softmax 0.87 -> 0.89; 4 warps read 0.89 / 0.90 but logsumexp 0.71; float32 keeps
         # 16: 0.98 against 0.97)
         per_warp, tile = (2048 if 16384 <= bd <= mb else 1024), 2048
@@ -296,8 +296,8 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
     lo = 4
     if lse and dtype.itemsize == 2 and 128 <= bd <= mb and bd != 2048:
         # 16-bit logsumexp of whole rows is issue-bound (two bytes per exp): fewer threads per
-        # row share its per-row work. H200, eleventh session: 2048 elements per warp, at least
-        # 2 warps: D = 128 ... 1024 (4 sub-rows, 4096-element tiles, 2 warps) 0.84 -> 0.88 and
+        # row share its per-row work. H200, 2048 elements per warp and at least 2 warps against
+        # 1024 and 4: D = 128 ... 1024 (4 sub-rows, 4096-element tiles, 2 warps) 0.84 -> 0.88 and
         # 4096 (2 warps) 0.83 -> 0.90 in two sweeps, 8192 (4 warps) 0.83 -> 0.89 in one; 16384
         # unchanged (8 warps either way, 0.86); 1 warp lost (0.73-0.86); float32 unchanged
         # (0.98-1.02). Not taken where not measured better: 2048 (0.70 with 4 warps, 0.68 with
@@ -320,8 +320,8 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
         br = max(1, tile // bd)
         return Config(br, bd, False, 1, _warps(br * bd, per_warp, lo))
     if dtype != torch.float64 and not backward:
-        # split rows: the 16/32-bit forward's chunks are 4096 columns (the H200, eighth session,
-        # 256 rows of 2**20: bf16 0.53-0.55 of copy against 0.34-0.35 with 16384-column chunks,
+        # split rows: the 16/32-bit forward's chunks are 4096 columns (H200, 256 rows of 2**20:
+        # bf16 0.53-0.55 of copy against 0.34-0.35 with 16384-column chunks,
         # fp32 0.62 against 0.59; the backward read 0.13-0.26 either way, so it keeps max_block)
         mb = min(mb, int(knob("SOFTMAX_KERNELS_SPLIT_BLOCK", 4096)))
     return Config(1, mb, True, triton.cdiv(n_cols, mb), _warps(mb, per_warp, lo))
@@ -330,16 +330,17 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
 def _lse_sub(bd: int) -> int:
     """Sub-rows per row for the 16/32-bit logsumexp of whole rows whose block width bd is 128 ...
     1024 (n_cols 65 ... 1024; 1: a row is one tile row). With 4, a row is held as 4 sub-rows of
-    bd / 4 columns in the same threads (4096-element tiles; with 4 warps, 32 elements per thread
-    in 16-bit and each row's sub-rows in one thread, since the tile's rows, 4096 / bd, are a
-    multiple of the rows its 128 threads cover), so fewer threads share a row and its per-row
-    work and shuffles. ptxas (triton 3.6, sm_90a), bf16 SASS per element against the 2-D tile's,
-    4 warps: D = 128 13.5 / 21.0, 256 13.5, 512 13.75, 1024 14.0 / 23.0 (47 registers); fp32
-    D = 128 14.5 / 26.5; 2 warps (the 16-bit default, row_config): D = 128 12.9, 1024 13.4. A
-    full-bandwidth 16-bit read leaves ~16 per element. H200 (eleventh session, two sweeps, 4
-    warps): bf16 logsumexp D = 128 ... 1024 0.55-0.63 -> 0.84-0.85 of copy, float32 D = 128 ...
-    512 0.77-0.85 -> 0.98-1.01; with 2 warps bf16 reads 0.88. SOFTMAX_KERNELS_LSE_SUB overrides
-    (1 turns it off; 1, 2, 4 or 8, and sub-rows of at least 16 columns)."""
+    bd / 4 columns in the same threads (4096-element tiles; with 4 warps, 32 elements per thread in
+    16-bit and each row's sub-rows in one thread, since the tile's rows, 4096 / bd, are a multiple
+    of the rows its 128 threads cover), so fewer threads share a row and its per-row work and
+    shuffles. ptxas (triton 3.6, sm_90a), bf16 SASS per element against the 2-D tile's, 4 warps:
+    D = 128 13.5 / 21.0, 256 13.5, 512 13.75, 1024 14.0 / 23.0 (47 registers); fp32 D = 128 14.5 /
+    26.5; 2 warps (the 16-bit default, row_config): D = 128 12.9, 1024 13.4. A full-bandwidth
+    16-bit read leaves ~16 per element. H200 (benchmarks/sweep.py, two sweeps, 4 warps,
+    SOFTMAX_KERNELS_LSE_SUB=1 -> 4): bf16 logsumexp D = 128 ... 1024 0.55-0.63 -> 0.84-0.85 of
+    copy, float32 D = 128 ... 512 0.77-0.85 -> 0.98-1.01; with 2 warps bf16 reads 0.88.
+    SOFTMAX_KERNELS_LSE_SUB overrides (1 turns it off; 1, 2, 4 or 8, and sub-rows of at least 16
+    columns)."""
     sub = int(knob("SOFTMAX_KERNELS_LSE_SUB", 4))
     if sub not in (1, 2, 4, 8):
         raise ValueError(f"SOFTMAX_KERNELS_LSE_SUB must be 1, 2, 4 or 8, got {sub}")
@@ -361,12 +362,12 @@ def loop_rows(device) -> int:
 def loop_config(backward: bool, dtype: torch.dtype) -> tuple:
     """(chunk, num_warps) of the looped long-row kernels: 16-bit, 8192 columns with 32 per thread
     forward, 4096 with 16 per thread backward (ptxas -v, triton 3.6, sm_90: 59-64 and 48-64
-    registers, no spills, so three or four programs per SM); float32, 16384 columns both ways
-    (16 warps). Swept on the H200 (tenth session, two sweeps of chunks 4096 ... 16384):
-    float32 at 65536 forward 0.67 -> 0.71, backward 0.62 -> 0.68 (softmax) and 0.76 -> 0.81
-    (log_softmax), at 262144 within 0.01, logsumexp 1.00 -> 0.98; bfloat16 best or within 0.01
-    at its defaults, except logsumexp (4096: 0.70 -> 0.74 at 65536; not taken, one op).
-    SOFTMAX_KERNELS_LOOP_BLOCK{,_BWD} overrides the chunk (at most 16384)."""
+    registers, no spills, so three or four programs per SM); float32, 16384 columns both ways (16
+    warps). Swept on an H200 (benchmarks/sweep.py, two sweeps of chunks 4096 ... 16384; float32
+    against 8192 forward and 4096 backward): at 65536 forward 0.67 -> 0.71, backward 0.62 -> 0.68
+    (softmax) and 0.76 -> 0.81 (log_softmax), at 262144 within 0.01, logsumexp 1.00 -> 0.98;
+    bfloat16 best or within 0.01 at its defaults, except logsumexp (4096: 0.70 -> 0.74 at 65536;
+    not taken, one op). SOFTMAX_KERNELS_LOOP_BLOCK{,_BWD} overrides the chunk (at most 16384)."""
     default = 16384 if dtype.itemsize == 4 else (4096 if backward else 8192)
     chunk = int(knob("SOFTMAX_KERNELS_LOOP_BLOCK" + ("_BWD" if backward else ""), default))
     return chunk, _warps(chunk, 512 if backward else 1024)
@@ -375,21 +376,22 @@ def loop_config(backward: bool, dtype: torch.dtype) -> tuple:
 def bwd_maxnreg(dtype: torch.dtype, cfg: Config) -> int:
     """Register cap (ptxas .maxnreg; 0: none) of the 16/32-bit whole-row backward. Its main
     variants hold 48-64 registers (ptxas -v, triton 3.6, sm_90a), which gives 4 warps' programs
-    eight per SM, 8 warps' four and 16 warps' two. sum_exact32's float64 rounding cut 3-4 SASS
-    per element but took the softmax backward to 72 registers at D = 1024 and 66 at 16384 (one
-    program per SM there); capped at 64, ptxas keeps the same instruction count with no spills.
-    H200, 2026-11-30 (benchmarks/RESULTS.md, thirteenth session), bf16, capped vs uncapped, one
-    sweep: softmax 1024 0.92 vs 0.91, 4096 0.94 vs 0.95, 16384 0.77 vs 0.66; log_softmax 1024
-    0.93 vs 0.96, 4096 0.93 vs 0.92, 16384 0.81 vs 0.80; no single cap (0, 56, 64, 72, 80) was
-    best everywhere (softmax 16384 read 0.83 at 72). SOFTMAX_KERNELS_BWD_MAXNREG overrides (0
-    turns it off)."""
+    eight per SM, 8 warps' four and 16 warps' two. sum_exact32's float64 rounding cut 3-4 SASS per
+    element but took the softmax backward to 72 registers at D = 1024 and 66 at 16384 (one program
+    per SM there); capped at 64, ptxas keeps the same instruction count with no spills. H200
+    (benchmarks/sweep.py --configs "default;SOFTMAX_KERNELS_BWD_MAXNREG=0"), bf16, capped vs
+    uncapped, one sweep: softmax 1024 0.92 vs 0.91, 4096 0.94 vs 0.95, 16384 0.77 vs 0.66;
+    log_softmax 1024 0.93 vs 0.96, 4096 0.93 vs 0.92, 16384 0.81 vs 0.80; no single cap (0, 56, 64,
+    72, 80) was best everywhere (softmax 16384 read 0.83 at 72). SOFTMAX_KERNELS_BWD_MAXNREG
+    overrides (0 turns it off)."""
     env = knob("SOFTMAX_KERNELS_BWD_MAXNREG")
     if dtype == torch.float64 or cfg.split:
         return 0
     if env is not None:
         return int(env)
-    # 16-bit rows of 1024 columns and more, where main held exactly 64 (float32 at 16384 holds
-    # 122-127 on purpose, one program per SM, and spills under a cap of 64; rows of 128 hold 32-48)
+    # 16-bit rows of 1024 columns and more, which hold exactly 64 without the float64 rounding
+    # (float32 at 16384 holds 122-127 on purpose, one program per SM, and spills under a cap of
+    # 64; rows of 128 hold 32-48)
     return 64 if dtype.itemsize == 2 and cfg.block_d >= 1024 else 0
 
 
@@ -400,7 +402,7 @@ def bwd_reload(dtype: torch.dtype, cfg: Config, log_softmax: bool) -> int:
     columns took 127 (softmax) and 102 (log_softmax) registers x 512 threads, one program per SM
     (Nsight Compute, softmax: warps active 24 %, 0.67 of copy). ptxas -v (triton 3.6, sm_90a):
     log_softmax at 1: 60 (two programs per SM; on the H200 0.68 -> 0.78); softmax at 1: 97 (still
-    one program; 0.67 -> 0.63), at 2: 64 (two programs; 0.67 -> 0.79-0.81, tenth session).
+    one program; 0.67 -> 0.63), at 2: 64 (two programs; 0.67 -> 0.79-0.81, two sweeps).
     SOFTMAX_KERNELS_RELOAD=0/1/2 overrides (whole rows only; the split path never reloads)."""
     if dtype == torch.float64 or cfg.split:
         return 0

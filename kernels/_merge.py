@@ -3,10 +3,11 @@
 Both are memory-bound element-wise maps: one read of every input, one write of every output.
 Per row, the two logsumexps ``la``, ``lb`` give the merged ``lse = mx + log(1 + e)`` with
 ``mx = max(la, lb)``, ``e = exp(min - mx)`` (so ``e`` is in [0, 1] and nothing overflows), and the
-weights ``w_max = 1 / (1 + e)``, ``w_min = e / (1 + e)`` (the sigmoid form of seed 003's
-``online_softmax3`` / ``_update_out_and_lse``; it never forms ``exp(la - lse)``, whose argument
-carries the absolute rounding of a large ``lse``). The weights are symmetric in (a, b), so the
-merge is bitwise commutative (up to the column order of softmax chunks).
+weights ``w_max = 1 / (1 + e)``, ``w_min = e / (1 + e)`` (the sigmoid form of the eager
+online-softmax merge and of ring attention's ``_update_out_and_lse``; it never forms
+``exp(la - lse)``, whose argument carries the absolute rounding of a large ``lse``). The weights
+are symmetric in (a, b), so the merge is bitwise commutative (up to the column order of softmax
+chunks).
 
 * ``attention_merge``: ``o = w_a o_a + w_b o_b``. A program holds a ``[BLOCK_R, BLOCK_D]`` tile
   of rows, loads each row's two lse once, and loops over the value axis in ``BLOCK_D`` columns.
@@ -150,7 +151,7 @@ def _softmax_merge_kernel(
     * The data is loaded first, then a barrier, then the lse: ptxas otherwise placed the data
       loads after the weights' arithmetic, which waits for the lse loads, two round trips to
       memory in series per program (no memory operation moves across the barrier). Measured:
-      +0.00-0.01 of copy at bf16 D = 128 (RESULTS.md, thirteenth session, call 4)."""
+      +0.00-0.01 of copy at bf16 D = 128 (benchmarks/sweep.py on an H200, two sweeps)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     pid = tl.program_id(0)
     pid_r = pid // n_cb
@@ -249,21 +250,21 @@ def _plan(batch, row_inputs, lse_inputs, outputs):
 
 
 def _tile(n_cols: int, n_rows: int, dtype: torch.dtype, attention: bool):
-    """([BLOCK_R, BLOCK_D], num_warps): BLOCK_D the row length (at least 16, at most one tile;
-    for softmax_merge the concatenated row, Da + Db), BLOCK_R the rest of the tile. BLOCK_R does
-    not shrink for few rows: each (BLOCK_D, dtype) is then one compiled variant (a GPU run of the
-    suite had compiled ~500 softmax_merge variants), and masked rows cost nothing. Tiles and warps
-    from benchmarks/sweep.py on the H200 (fraction of copy): the attention merge 1024-element
-    tiles with one warp per 256 elements (2026-11-29: float32 D=128 1.01 against 0.94 with 2048 /
-    512, bfloat16 0.96 against 0.92, D=512 bfloat16 0.97 against 0.93). The softmax merge (whole
-    output rows per program, 2026-11-30, two sweeps): 16-bit 4096 with one warp per 1024
-    (bfloat16 D=128 0.94-0.95 against 0.82-0.88 with 8192/2048, 8192/1024, 2048/512; D=256
-    0.94-0.95 against 0.86-0.92; D=4096 0.98 against 0.96-0.97); 32-bit and 64-bit 2048 with one
-    per 512 (float32 D=128 0.97 against 0.93-0.94 with 4096/1024, 8192/2048, 1024/256; D=4096
-    0.98-0.99, D=65536 0.98-0.99, as 1024/256). Those sweeps ran with column groups of 16; with
-    groups of 32 (see _group) the same tiles stay best: bfloat16 D=128 0.97 / 0.97 against
-    0.82-0.94 with 8192/2048, 8192/1024, 2048/512; float32 D=128 0.97 / 0.98 against 0.89-0.95.
-    MERGE_KERNELS_TILE and MERGE_KERNELS_PER_WARP override them (tuning knobs)."""
+    """([BLOCK_R, BLOCK_D], num_warps): BLOCK_D the row length (at least 16, at most one tile; for
+    softmax_merge the concatenated row, Da + Db), BLOCK_R the rest of the tile. BLOCK_R does not
+    shrink for few rows: each (BLOCK_D, dtype) is then one compiled variant (shrinking it, a GPU
+    run of the suite compiles ~500 softmax_merge variants), and masked rows cost nothing. Tiles and
+    warps from benchmarks/sweep.py on the H200 (fraction of copy): the attention merge 1024-element
+    tiles with one warp per 256 elements (float32 D=128 1.01 against 0.94 with 2048 / 512, bfloat16
+    0.96 against 0.92, D=512 bfloat16 0.97 against 0.93). The softmax merge (whole output rows per
+    program, two sweeps): 16-bit 4096 with one warp per 1024 (bfloat16 D=128 0.94-0.95 against
+    0.82-0.88 with 8192/2048, 8192/1024, 2048/512; D=256 0.94-0.95 against 0.86-0.92; D=4096 0.98
+    against 0.96-0.97); 32-bit and 64-bit 2048 with one per 512 (float32 D=128 0.97 against
+    0.93-0.94 with 4096/1024, 8192/2048, 1024/256; D=4096 0.98-0.99, D=65536 0.98-0.99, as
+    1024/256). Those sweeps ran with column groups of 16; with groups of 32 (see _group) the same
+    tiles stay best: bfloat16 D=128 0.97 / 0.97 against 0.82-0.94 with 8192/2048, 8192/1024,
+    2048/512; float32 D=128 0.97 / 0.98 against 0.89-0.95. MERGE_KERNELS_TILE and
+    MERGE_KERNELS_PER_WARP override them (tuning knobs)."""
     bd = max(16, triton.next_power_of_2(max(n_cols, 1)))
     if attention:
         te, pw = 1024, 256
@@ -308,7 +309,7 @@ def attention_merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, l
 @L.on_tensor_device
 def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse_b: torch.Tensor):
     """Softmax and logsumexp of the concatenation [x_a, x_b] of two column chunks of the same rows,
-    from each chunk's softmax p and logsumexp lse (seed 003's ``online_softmax3``):
+    from each chunk's softmax p and logsumexp lse (an online-softmax merge step):
     ``p = [exp(lse_a - lse) p_a, exp(lse_b - lse) p_b]``, ``lse = log(exp(lse_a) + exp(lse_b))``.
     p_a: (..., Da), p_b: (..., Db) of one float dtype; lse: (...) float32 (float64 for float64 p).
     Returns fresh contiguous (p of shape (..., Da + Db), lse)."""
@@ -335,11 +336,11 @@ def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse
 
 def _group(da: int, db: int, bd: int, dtype: torch.dtype, vec: bool) -> int:
     """softmax_merge's column group GW (a divisor of da, db and BLOCK_D, so a group comes from one
-    side): 32 for 16- and 32-bit dtypes where it divides them, else 16 under VEC (16-byte
-    vectors), else 1. From two sweeps on the H200 (2026-11-30, fraction of copy, tiles as in
-    _tile): bfloat16 D=128 0.97 / 0.97 with 32 against 0.94 / 0.94 with 16 and 0.90 / 0.90 with
-    64; D=256 0.97 / 0.96 (16: 0.94 / 0.94); D=4096 0.98 / 0.99 (0.98 / 0.98); float32 D=128
-    0.97 / 0.98 (0.97 / 0.97), D=4096 and 65536 0.98-0.99 either way. float64 keeps 16."""
+    side): 32 for 16- and 32-bit dtypes where it divides them, else 16 under VEC (16-byte vectors),
+    else 1. From two sweeps on the H200 (benchmarks/sweep.py, fraction of copy, tiles as in _tile):
+    bfloat16 D=128 0.97 / 0.97 with 32 against 0.94 / 0.94 with 16 and 0.90 / 0.90 with 64; D=256
+    0.97 / 0.96 (16: 0.94 / 0.94); D=4096 0.98 / 0.99 (0.98 / 0.98); float32 D=128 0.97 / 0.98
+    (0.97 / 0.97), D=4096 and 65536 0.98-0.99 either way. float64 keeps 16."""
     if not vec:
         return 1
     if dtype.itemsize <= 4 and da % 32 == 0 and db % 32 == 0 and bd % 32 == 0:

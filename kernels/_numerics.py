@@ -92,13 +92,14 @@ def _f64_of_normal(v):
     """float32 -> float64, exact for a positive normal v, by moving its bits (exponent rebiased by
     1023 - 127 = 896, mantissa shifted left by 29) with two integer instructions instead of the
     conversion, which runs on the GPU's XU pipe with exp (16 per clock per SM, a quarter of the
-    ALU rate): the 16-bit logsumexp, one exp and one conversion per element, was bound by it
-    (Nsight Compute, ninth session). Zero, negatives, subnormals, inf and NaN give finite garbage.
-    It costs registers, though (ptxas, triton 3.6: the float32 forward at 16384 columns 63 -> 72,
-    one program per SM instead of two, 0.98 -> 0.88 of copy on the H200; bf16 log_softmax at
-    D = 128, 32 -> 39: 0.98 -> 0.92). Used where it paid on the H200 (tenth session, two sweeps
-    each): the 16-bit logsumexp (16384: 0.82 -> 0.87; no change at D <= 1024) and 16-bit whole
-    rows of 16384 (softmax 0.88 -> 0.90, log_softmax 0.89 -> 0.92)."""
+    ALU rate): with the conversion, the 16-bit logsumexp (one exp and one conversion per
+    element) is bound by that pipe (Nsight Compute, bf16 D = 16384: XU 69 %). Zero, negatives,
+    subnormals, inf and NaN give finite garbage. It costs registers, though (ptxas, triton 3.6:
+    the float32 forward at 16384 columns 63 -> 72, one program per SM instead of two, 0.98 ->
+    0.88 of copy on the H200; bf16 log_softmax at D = 128, 32 -> 39: 0.98 -> 0.92). Used where
+    it pays on the H200 (benchmarks/sweep.py, two sweeps each, conversion -> bit move): the
+    16-bit logsumexp (16384: 0.82 -> 0.87; no change at D <= 1024) and 16-bit whole rows of
+    16384 (softmax 0.88 -> 0.90, log_softmax 0.89 -> 0.92)."""
     b = v.to(tl.int32, bitcast=True).to(tl.int64)
     return ((b << 29) + (896 << 52)).to(tl.float64, bitcast=True)
 

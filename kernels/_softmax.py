@@ -92,15 +92,15 @@ def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
 
 # No argument is specialized by value or alignment: Triton would otherwise compile a variant for
 # every combination of "== 1" / "divisible by 16" over n_cols, the strides and the pointers, which
-# made a GPU run of the suite mostly compilation. What those specializations bought is passed as
-# two constexprs instead: VEC (rows 16-byte aligned, row length a multiple of 16: vectorized
+# would make a GPU run of the suite mostly compilation. What those specializations bought is passed
+# as two constexprs instead: VEC (rows 16-byte aligned, row length a multiple of 16: vectorized
 # access, see below) and YCOL/DCOL (output columns contiguous, 32-bit or 64-bit strided).
 _NO_SPEC = ["n_rows", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "syc",
             "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
 _NO_ALIGN = _NO_SPEC + ["X", "Y", "PM", "PS", "A", "G", "DX", "PK"]  # (ints too: some versions key "% 16" on this list)
 COL_CONTIG, COL_I32, COL_I64 = 0, 1, 2
 # The kernels are launched with enable_fp_fusion=False (their Launchers, below): LLVM contracted
-# a * b - c into an FMA in some variants and not in others (seen on the H200: the strided-output
+# a * b - c into an FMA in some variants and not in others (seen on a GPU: the strided-output
 # variant of the backward differed from the contiguous one in a cancelling float64 row), which
 # broke the bitwise layout invariance the kernels promise. Memory-bound, they lose nothing
 # measurable by it.
@@ -321,7 +321,7 @@ def _out64(a, g, tot, k, OP: tl.constexpr):
     plain formula (small g keep every bit); where it overflows, work in units of 2**k (the result
     overflows only if the exact VJP does; there |g| * 2**-k < n + 1). softmax: also where a
     finite g - sum overflows (|g| and |sum| near the float64 maximum, opposite signs: y = 0 times
-    it must give 0, not NaN; the H200 found y = [1, 0], dy = [-max, max])."""
+    it must give 0, not NaN; e.g. y = [1, 0], dy = [-max, max])."""
     full = ldexp(tot, k)
     plain = tl.abs(full) < float("inf")
     gs = ldexp(g, -k[:, None])
@@ -659,10 +659,10 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
             ps = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=a.device)
             pk = torch.empty_like(ps)
             # the partials as a [1, NC] tile, NC the chunk count's power of two: read at BLOCK_D
-            # width (a fix for an earlier version, whose [1, NC] sums went through shared memory),
-            # the 16384-wide float64 tile took phase 2 to 128 registers and 552 bytes of spill
-            # stores per thread (ptxas -v, triton 3.6, sm_90a), 4.55 GB of local-memory writes
-            # for a 0.5 GB output on the H200 (ncu, 256 x 2**20 bf16: phase 2 2.34 ms of 2.72).
+            # width instead, the 16384-wide float64 tile takes phase 2 to 128 registers and 552
+            # bytes of spill stores per thread (ptxas -v, triton 3.6, sm_90a), 4.55 GB of
+            # local-memory writes for a 0.5 GB output on the H200 (ncu, 256 x 2**20 bf16: phase 2
+            # 2.34 ms of 2.72).
             # At NC = 64: 114 registers, no spills, and 16 shared stores in the PTX, as at 16384.
             nc = _nc(cfg)
             for phase in (PARTIAL, FINISH):

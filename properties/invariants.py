@@ -461,8 +461,8 @@ def softmax_vjp_within_cotangent_spread(case, target):
     tolerance. The softmax VJP at any y is dx_i = y_i sum_j y_j (g_i - g_j) + y_i (1 - sum y) g_i,
     so its exact value never leaves that bound (about max|g| / 2 at most, for a softmax output),
     and a kernel within its tolerance table entry (matches_oracle's bound) never leaves it by more.
-    Unlike matches_oracle, the law does not rest on the FP64 oracle's value: the H200 found
-    y = [1, 0], dy = [-max, max] (float64), where kernel and oracle both read 0 * inf = NaN. In
+    Unlike matches_oracle, the law does not rest on the FP64 oracle's value: at y = [1, 0],
+    dy = [-max, max] (float64) a kernel and an oracle that both form 0 * inf read NaN alike. In
     units of s, the power of two above max|g| (no float64 overflow); the bound is evaluated in
     float64, with a relative slack of (D + 4) 2**-52 for that. Rows with non-finite inputs are left
     to matches_oracle, rows beyond ordinary magnitude (tolerances.vjp_in_range) to
@@ -542,8 +542,8 @@ def _rounded_forward_effect(op, out, g, du):
 
 @invariant(*VJP, families=("moderate", "grid", "one_hot", "constant"), max_cols=16)
 def vjp_matches_finite_differences(case, target):
-    """VJP(y_r, g)_j == (L(x + h e_j) - L(x - h e_j)) / 2h, L = sum(forward64(x) * g), h = 1e-5
-    (seed 001). Bound: VJP tolerance + rounding-of-y effect (as for autograd) + truncation
+    """VJP(y_r, g)_j == (L(x + h e_j) - L(x - h e_j)) / 2h, L = sum(forward64(x) * g), h = 1e-5.
+    Bound: VJP tolerance + rounding-of-y effect (as for autograd) + truncation
     h^2/6 * 2 sum|g| (third derivatives of softmax are below 1 in total) + roundoff: the error of
     each FP64 evaluation of L, (log2 D + 8) 2**-53 sum_i |g_i| (|out_i| + |d_i| + 2), over h."""
     xv = case.inputs[0].values(target.device).double()
@@ -888,7 +888,7 @@ def merge_commutative(case, target):
     """merge(a, b) == merge(b, a) for the root's two subtree states a, b (softmax: with the two
     column blocks swapped back). Toleranced, not bitwise: the law holds exactly in real
     arithmetic, and a correct merge may evaluate its two sides in an order-dependent way (e.g.
-    lse_a + log(1 + exp(lse_b - lse_a)), seed 003), so each side is held to the single-step bound
+    lse_a + log(1 + exp(lse_b - lse_a)), eagerly), so each side is held to the single-step bound
     of the FP64 merge and the two may differ by twice that. NaN patterns must agree exactly."""
     assume(not isinstance(case.tree, int))
     case = case.natural()  # empty states' garbage is the strict tier's (merge_tree_with_garbage_states)
@@ -1250,7 +1250,7 @@ def ce_reductions_agree(case, target):
             fail("ce_reductions_agree", case, target, "mean over no counted rows is not NaN", (), math.nan, mean, call=call)
         return
     # float64 logits with a loss near finfo.max: mean * count can round past the range where the
-    # sum itself does not (found on the H200: sum = finfo.max, mean = max / 3, 3 * mean = inf);
+    # sum itself does not (e.g. sum = finfo.max, mean = max / 3, 3 * mean = inf);
     # then both sides are compared at a quarter scale (a power of two: exact at that magnitude)
     s = 0.25 if bool(torch.isinf(mean * count) & torch.isfinite(mean)) else 1.0
     mc = (mean * s) * count

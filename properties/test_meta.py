@@ -453,9 +453,9 @@ def test_ce_reductions_agree_accepts_an_overflowing_sum():
 
 
 def test_ce_reductions_agree_when_mean_times_count_overflows():
-    """float64 logits [[finfo.max, 0], [0, 0], [0, 0]], targets [1, 0, 0], found on the H200: the
-    sum rounds to finfo.max (finite, right), the mean to max / 3, and 3 * mean in float64 to inf.
-    The law's mean * count must not overflow where the sum does not."""
+    """float64 logits [[finfo.max, 0], [0, 0], [0, 0]], targets [1, 0, 0] (a GPU counterexample):
+    the sum rounds to finfo.max (finite, right), the mean to max / 3, and 3 * mean in float64 to
+    inf. The law's mean * count must not overflow where the sum does not."""
     from .case import CECase
     from .invariants import ce_reductions_agree
     tg = _kernels_target()
@@ -471,8 +471,8 @@ def test_ce_reductions_agree_when_mean_times_count_overflows():
 def test_vjp_bounds_cover_a_subnormal_rounded_y():
     """float16 y = softmax of 255 logits with one at 17 (y_0 ~ 1, the rest float16 subnormals, each
     rounded by as much as itself) and dy = 65504: sum(y_r) = 1.00023, so the exact VJP at y_r is
-    y_i * -15.25, while the VJP at the exact y is ~0. The kernel's answer is the former (found on
-    the H200); a bound missing the second-order term du_i * sum_j du_j |g_j| rejected it."""
+    y_i * -15.25, while the VJP at the exact y is ~0. The kernel's answer on a GPU is the former;
+    a bound missing the second-order term du_i * sum_j du_j |g_j| rejects it."""
     from .case import Case
     from .invariants import vjp_matches_finite_differences, vjp_matches_fp64_autograd
     tg = _kernels_target()
@@ -487,8 +487,8 @@ def test_vjp_bounds_cover_a_subnormal_rounded_y():
 def test_ce_bound_of_rows_at_the_float64_limit(eps):
     """float64 logits [finfo.max, finfo.max], target 0: the exact loss is log 2, but lse = max + log 2
     rounds to max, so any kernel that forms lse - x_t returns 0, within the derived bound (u |lse|
-    is 2e292). Found on the H200: the bound's mean |x_j| overflowed to inf and eps * inf with
-    eps = 0 made it NaN, which the comparison reads as 0, so the tolerance was half an ulp."""
+    is 2e292). Formed directly, the bound's mean |x_j| overflows to inf and eps * inf with eps = 0
+    makes it NaN, which the comparison reads as 0: a half-ulp tolerance."""
     from .case import CECase
     from .invariants import ce_matches_oracle, ce_truth
     tg = _kernels_target()
@@ -501,10 +501,10 @@ def test_ce_bound_of_rows_at_the_float64_limit(eps):
 
 
 def test_ce_grad_bound_is_not_first_order_in_the_lse_rounding():
-    """float64 logits all 2**55 (ulp 8), V = 26829, target 0 (found on the H200 by
+    """float64 logits all 2**55 (ulp 8), V = 26829, target 0 (a GPU counterexample of
     ce_gradient_rows_sum_to_zero): lse = 2**55 + log V = 2**55 + 10.2 rounds to 2**55 + 8, so every
     p_j = exp(x_j - lse) = e**-8, 9x the exact 1/V -- a backward-stable answer (lse is within half
-    an ulp). The bound linear in the argument's error (8) fell short of e**2.2 - 1 = 8.0001; the
+    an ulp). The bound linear in the argument's error (8) falls short of e**2.2 - 1 = 8.0001; the
     exact p expm1(|delta|) covers it."""
     from .case import CECase
     from .invariants import ce_gradient_rows_sum_to_zero, ce_matches_oracle
@@ -521,9 +521,9 @@ def test_ce_grad_bound_is_not_first_order_in_the_lse_rounding():
 @pytest.mark.parametrize("dtype,V", [("float32", 81), ("float32", 1000), ("float64", 5000)])
 def test_ce_smoothing_mean_at_the_range_end(dtype, V):
     """Every logit -finfo.max, label_smoothing 0.1, target 0: the exact loss is log V, and the kernel
-    sums the mean of x for the smoothing term. Found on the H200 (float32, V = 81): that sum,
-    formed unscaled, overflowed to -inf by rounding, and the loss read inf. The mean is now summed
-    at a quarter scale (kernels/_cross_entropy.py); the interpreter showed it from V = 1000."""
+    sums the mean of x for the smoothing term. Formed unscaled, that sum overflows to -inf by
+    rounding (float32: V = 81 on a GPU, from V = 1000 under the interpreter) and the loss reads
+    inf; the kernel sums the mean at a quarter scale (kernels/_cross_entropy.py)."""
     from .case import CECase
     from .invariants import ce_matches_oracle
     tg = _kernels_target()
@@ -536,9 +536,9 @@ def test_ce_smoothing_mean_at_the_range_end(dtype, V):
 
 def test_lsm_bwd_bound_when_the_sum_of_abs_dz_overflows():
     """float64 z = 0 and dz ~ N(0, 2.2e307) over 255 columns: sum |dz| overflows, and the FP64
-    oracle's own sum is 13 ulps off the exact dx (the kernel's exact sum is right). The bound's
-    oracle term depth * u * sum |dz| read NaN (inf times 0), which left a half-ulp tolerance
-    (found on the H200); it is now formed in units of 2**64."""
+    oracle's own sum is 13 ulps off the exact dx (the kernel's exact sum is right). Formed
+    directly, the bound's oracle term depth * u * sum |dz| reads NaN (inf times 0), a half-ulp
+    tolerance; the bound forms it in units of 2**64."""
     from fractions import Fraction
     from .invariants import truth
     from . import tolerances as T
@@ -563,11 +563,11 @@ _SPECIAL_G = [math.inf, -math.inf, math.nan, 0.0, 1.0, -1.0, 3.0e38, -3.0e38, 1e
 def test_vjp_special_value_grid(op, dtype):
     """Every pair of special logits and every pair of special cotangents, each row of two
     columns (17,424 rows in one call): the VJP of the rounded forward matches the oracle under the
-    tolerance table, NaN for NaN and each infinity exactly. The H200 found two such rows the random
-    draws had missed on the CPU (z = -inf or NaN with an infinite sum of dz). softmax: a row of
-    finite y (a softmax output) and finite dy has a finite VJP, checked apart from the oracle:
-    dx_i = y_i sum_j y_j (g_i - g_j), so |dx_i| <= 2 y_i (1 - y_i) max|g| <= max|g| / 2 (the H200
-    found y = [1, 0], dy = [-max, max] in float64: kernel and oracle both read 0 * inf = NaN)."""
+    tolerance table, NaN for NaN and each infinity exactly: random draws rarely reach such rows
+    (z = -inf or NaN with an infinite sum of dz). softmax: a row of finite y (a softmax output) and
+    finite dy has a finite VJP, checked apart from the oracle: dx_i = y_i sum_j y_j (g_i - g_j), so
+    |dx_i| <= 2 y_i (1 - y_i) max|g| <= max|g| / 2 (y = [1, 0], dy = [-max, max] in float64 is
+    where the naive y * (g - sum) reads 0 * inf = NaN, in a kernel and an oracle alike)."""
     from .invariants import truth
     from . import tolerances as T
     xs = torch.tensor([[a, b] for a in _SPECIAL_X for b in _SPECIAL_X], dtype=torch.float64)
@@ -595,10 +595,10 @@ def test_vjp_special_value_grid(op, dtype):
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward"])
 def test_long_rows_take_one_path_for_every_layout(op):
     """A long row's path (looped or split) depends on the shape alone: reducing dim=0 of the
-    transposed tensor (strided output columns) launches the same kernel as the last axis. The
-    H200 found dim_argument failing bitwise on (2, 49151) float32 when strided output columns
-    sent the dim=0 call to the split path; the two paths round differently on the GPU (not under
-    the interpreter, where this test checks the choice itself)."""
+    transposed tensor (strided output columns) launches the same kernel as the last axis. Were
+    the path chosen by layout, dim_argument would fail bitwise on a GPU (e.g. (2, 49151) float32,
+    strided output columns sending the dim=0 call to the split path): the two paths round
+    differently there (not under the interpreter, where this test checks the choice itself)."""
     rows = max(2, _launch.loop_rows(torch.device(DEV)))
     D = 2 * _launch.max_block(torch.float32) + 3
     x = torch.randn(rows, D, device=DEV)

@@ -1,11 +1,11 @@
-"""The suite must catch each deliberately broken kernel in properties/mutants/. For the two the
-foundation issue names (no max subtraction; sum(g) for sum(y * g)) the counterexample must shrink
-to at most 4 elements per input; the two merge mutants of issue 3 and the two cross-entropy
-mutants of issue 4 must shrink to at most 4 elements per tensor too, and print the failure report
-of their shrunk counterexample. The others are searched without shrinking (shrinking is most of a
+"""The suite must catch each deliberately broken kernel in properties/mutants/. For the two classic
+softmax bugs (no max subtraction; sum(g) for sum(y * g)) the counterexample must shrink to at most
+4 elements per input; the two classic merge bugs and the two classic cross-entropy bugs must shrink
+to at most 4 elements per tensor too, and print the failure report of their shrunk
+counterexample. The others are searched without shrinking (shrinking is most of a
 search's time) and report the size of the first case found: catching is what is required.
 
-Every invariant must catch at least one mutant on its own (issue 5): each mutant module declares
+Every invariant must catch at least one mutant on its own: each mutant module declares
 ``CAUGHT_BY``, the invariants meant to catch it; the union over the zoo must be the whole registry
 (so an invariant added without a mutant that it catches fails here), and each declared
 (mutant, invariant) pair is checked by a search over that invariant's cases alone, shrunk on
@@ -44,11 +44,11 @@ MUTANTS = {  # module in properties/mutants -> the op it breaks
     "softmax_via_rounded_lse": "softmax",
     "swapped_columns": "softmax",
     "backward_row_coupling": "softmax_backward",
-    "merge_lse_arithmetic": "attention_merge",  # issue 3: lse = -inf treated arithmetically (0 * NaN)
-    "merge_lse_max": "softmax_merge",  # issue 3: merged lse = max(lse_a, lse_b)
-    "ce_mean_counts_ignored": "cross_entropy",  # issue 4: mean divides by all rows
-    "ce_none_backward_ignores_dloss": "cross_entropy_backward",  # issue 4: reduction="none" drops dloss
-    # issue 5: a mutant for every invariant that none of the above catches on its own
+    "merge_lse_arithmetic": "attention_merge",  # lse = -inf treated arithmetically (0 * NaN)
+    "merge_lse_max": "softmax_merge",  # merged lse = max(lse_a, lse_b)
+    "ce_mean_counts_ignored": "cross_entropy",  # mean divides by all rows
+    "ce_none_backward_ignores_dloss": "cross_entropy_backward",  # reduction="none" drops dloss
+    # a mutant for every invariant that none of the above catches on its own
     "log_softmax_float32_lse": "log_softmax",  # float64 rows through a float32 lse buffer
     "autograd_saves_input": "softmax",  # differentiable; the backward uses x for y
     "logsumexp_dim_transposed": "logsumexp",  # takes dim=; transpose where movedim is meant
@@ -145,7 +145,7 @@ def _search(module: str, op: str, device: str, max_examples: int, only=None, shr
 def report(inv, case, module: str, device: str, attempts: int = 5) -> str:
     """The suite's failure report (with its reproducer) for the shrunk counterexample. A race
     (atomic_order_split_dot on the GPU, where the scheduler orders the adds) shows only on some
-    runs: a GPU run once failed to reproduce its shrunk case, so the case is re-run up to
+    runs: a GPU run can fail to reproduce its shrunk case, so the case is re-run up to
     `attempts` times (a deterministic mutant reproduces on the first)."""
     mutant = Target(module)
     mutant.device = device
@@ -186,7 +186,7 @@ def test_control_correct_kernels_are_not_caught(op, target):
 
 
 # ----------------------------------------------------------------------------------------------
-# every invariant catches at least one mutant, on its own (issue 5)
+# every invariant catches at least one mutant, on its own
 # ----------------------------------------------------------------------------------------------
 def caught_by(name: str) -> tuple:
     """The invariants a mutant module declares will catch it (its CAUGHT_BY)."""

@@ -144,7 +144,7 @@ def log_softmax_backward_bound(dtype, z, g, S, absS, dep, dx, n, scale=1.0):
     absolute error depth u sum|g|; the product and the subtraction add u |exp(z_i) S| and u |dx_i|.
     FTZ: n flushed terms of S move dx_i by exp(z_i) n tiny_c. S and absS may be given in units of
     scale (a power of two): sum |g| of 255 values near 2e307 overflows float64, while u times it
-    does not (the H200 drew such a row; the bound then read NaN, i.e. a half-ulp tolerance,
+    does not (formed directly, the bound reads NaN for such a row, i.e. a half-ulp tolerance,
     against the FP64 oracle's own 13-ulp error)."""
     ez = torch.exp(z)
     def ab(u):
@@ -279,8 +279,8 @@ def ce_grad_bound(dtype, p, x, lse_abs_err, lse, g0, scale, is_t, eps, V):
     -inf (p = 0). The argument's error delta moves p by exactly p (e**delta - 1), bounded by
     p expm1(|delta|), not by its first-order p |delta|: u |lse| (the rounding of lse itself) is
     O(1) once |lse| reaches 1/u (float64 rows of 2**55: lse rounds by up to 4, p by up to e**4;
-    found on the H200, where a row's p was 9x the exact 1/V and the linear bound fell short by
-    1e-5 relative)."""
+    e.g. a row whose p is 9x the exact 1/V, where the linear bound falls short by 1e-5
+    relative)."""
     d = torch.where(torch.isfinite(x), (x - lse[..., None]).abs(), 0.0)
 
     def ab(u, err_lse):

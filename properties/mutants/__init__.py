@@ -4,7 +4,7 @@ counterexample to a small tensor; run one by hand with
 
     python -m pytest -m properties --target properties.mutants.no_max_subtraction
 
-Most kernels are one-row-per-program Triton kernels in the style of seed 000 (whole row in one
+Most kernels are one-row-per-program Triton kernels, the textbook form (whole row in one
 block, rows made contiguous first; the cross-entropy ones loop over tiles, _ce_base.py), correct
 except for their named bug, marked ``# BUG``. Some bugs live in the launcher or the autograd wiring
 around a kernel (a reduction, a stride, a saved tensor, an in-place write-back); those modules call

@@ -1,4 +1,4 @@
-"""attention_merge that treats lse = -inf arithmetically, as the eager formula of seed 003 does:
+"""attention_merge that treats lse = -inf arithmetically, as the eager formula does:
 o = exp(lse_a - lse) * o_a + exp(lse_b - lse) * o_b with lse = M + log(exp(lse_a - M) + exp(lse_b - M)).
 An empty state's weight is exp(-inf) = 0, but 0 * NaN (its garbage o) = NaN leaks into the
 merge, and two empty states give (-inf) - (-inf) = NaN instead of o = 0."""

@@ -1,4 +1,4 @@
-"""softmax backward using sum(dy) instead of sum(y * dy) (seed 001's classic slip)."""
+"""softmax backward using sum(dy) instead of sum(y * dy) (the classic slip)."""
 import triton
 import triton.language as tl
 
