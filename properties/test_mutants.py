@@ -73,6 +73,8 @@ MUTANTS = {  # module in properties/mutants -> the op it breaks
     "merge_path_dependent_rounding": "attention_merge",  # float32 or float64 by layout and batch
     "ce_float32_row_losses": "cross_entropy",  # float32 row losses: inf mean at +-finfo.max
     "ce_ignored_rows_nan_gradient": "cross_entropy_backward",  # torch's NaN on ignored non-finite rows
+    "ce_dloss_in_exponent": "cross_entropy_backward",  # exp(x - lse + log|scale|): not bitwise linear
+    "ce_target_check_unnamed": "cross_entropy",  # IndexError without naming the target
 }
 
 MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4, "merge_lse_arithmetic": 4, "merge_lse_max": 4,

@@ -78,17 +78,20 @@ def vjp_in_range(op: str, a: torch.Tensor, g: torch.Tensor, dtype: torch.dtype) 
     plain float32 kernel (torch's own, on the CPU and on CUDA) returns inf or NaN where the exact
     VJP is finite, e.g. softmax_backward with dy = finfo(float32).max; computing without overflow
     there is a robustness guarantee of the strict tier (matches_oracle_strict). a, g: float64;
-    non-finite entries count as 0, so rows poisoned by NaN / inf keep their semantics in the default
-    tier."""
+    NaN entries count as 0, so rows poisoned by NaN keep their semantics in the default tier; a row
+    holding an infinite cotangent is out of range."""
     big = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).max
     with torch.no_grad():
+        # an infinite cotangent is no ordinary magnitude either: exp(z) underflowing to 0 times an
+        # infinite sum gives NaN in float32 where the exact product is +-inf (torch on CUDA)
+        inf_g = torch.isinf(g).any(-1)
         ga = torch.where(torch.isfinite(g), g.abs(), 0.0)
         if op == "softmax_backward":
             aa = torch.where(torch.isfinite(a), a.abs(), 0.0)
             need = (aa * ga).sum(-1) + (ga.amax(-1) if g.shape[-1] else 0.0)
         else:
             need = ga.sum(-1)
-    return 2 * need <= big
+    return (2 * need <= big) & ~inf_g
 
 
 def ulp(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
