@@ -123,7 +123,7 @@ def test_replay_saved_failure(tmp_path, target, status):
     got, text = replay.replay(inv, case, target)
     assert got == status, text
     if status == "FAIL":
-        assert text.startswith("[matches_oracle] differs from the FP64 oracle") and "actual=nan" in text
+        assert text.startswith("[matches_oracle] (default tier) differs from the FP64 oracle") and "actual=nan" in text
 
 
 def test_replay_cli(tmp_path, capsys):
