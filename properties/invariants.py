@@ -1411,9 +1411,9 @@ def ce_confident_bf16_rows_keep_gradient(case, target):
     subtracting the one-hot (getting 0) fails."""
     x, t, dl = case.tensors(target.device)
     ign = t == case.ignore_index
-    # the bound without the default's allowance for dtype-rounded log-probabilities: the law is
+    # the strict bound (the tree depth, no allowance for dtype-rounded log-probabilities): the law is
     # that the target column keeps 1 - p_t, which that allowance would not resolve
-    ref, tol = ce_truth(case, [x, t, dl], strict=True)
+    ref, tol = ce_truth(case, [x, t, dl], depth=T.depth, strict=True)
     tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
     rt = torch.gather(ref, -1, tc[..., None])[..., 0]
     tt = torch.gather(tol, -1, tc[..., None])[..., 0]
