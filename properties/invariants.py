@@ -22,6 +22,7 @@ import oracles
 
 from . import tolerances as T
 from .case import Case, fail, tree_code, tree_depth, tree_leaves
+from .failures import WrongOutput
 from .ops import OPS
 from .strategies import GRID_SHIFT
 
@@ -113,7 +114,8 @@ def assert_close(name, case, target, out, ref, tol, what, call=None):
 
 def assert_bitwise(name, case, target, a, b, what, call=None):
     if a.shape != b.shape or a.dtype != b.dtype:
-        fail(name, case, target, f"{what}: shape/dtype {tuple(a.shape)}/{a.dtype} vs {tuple(b.shape)}/{b.dtype}", call=call)
+        fail(name, case, target, f"{what}: shape/dtype {tuple(a.shape)}/{a.dtype} vs {tuple(b.shape)}/{b.dtype}", call=call,
+             kind=WrongOutput)
     same = (a == b) | (torch.isnan(a) & torch.isnan(b))
     if not bool(same.all()):
         i = worst(~same, (a.double() - b.double()).abs())
@@ -558,7 +560,7 @@ def output_dtype_and_shape(case, target):
     if not isinstance(out, torch.Tensor) or out.shape != want_shape or out.dtype != want_dtype or out.device != args[0].device:
         got = (tuple(out.shape), out.dtype, out.device) if isinstance(out, torch.Tensor) else type(out)
         fail("output_dtype_and_shape", case, target,
-             f"expected shape {tuple(want_shape)}, dtype {want_dtype}, device {args[0].device}; got {got}")
+             f"expected shape {tuple(want_shape)}, dtype {want_dtype}, device {args[0].device}; got {got}", kind=WrongOutput)
 
 
 @invariant(*ALL, needs=("dim",))
@@ -598,7 +600,8 @@ def _state_ok(name, case, target, got, like, what, call=None):
     ok = isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)
     have = [(tuple(t.shape), t.dtype, t.device) for t in got] if ok else type(got)
     if not ok or have != want:
-        fail(name, case, target, f"{what}: expected (x, lse) with (shape, dtype, device) {want}; got {have}", call=call)
+        fail(name, case, target, f"{what}: expected (x, lse) with (shape, dtype, device) {want}; got {have}", call=call,
+             kind=WrongOutput)
 
 
 def _lse_dtype(dtype):
@@ -801,7 +804,7 @@ def merge_layout_invariance(case, target):
     b = case.run_tree(call_t, target.device, None, {k: tuple(t.contiguous() for t in v) for k, v in tensors.items()})
     for i, nm in ((0, "x"), (1, "lse")):
         if a[i].shape != b[i].shape or a[i].dtype != b[i].dtype:
-            fail("merge_layout_invariance", case, target, f"{nm}: shape/dtype differ from the contiguous run")
+            fail("merge_layout_invariance", case, target, f"{nm}: shape/dtype differ from the contiguous run", kind=WrongOutput)
         bad = ~_bits_equal(a[i], b[i])
         if bool(bad.any()):
             j = worst(bad, (a[i].double() - b[i].double()).abs())
@@ -927,7 +930,7 @@ def _ce_record(case, out, ref, tol):
 def _ce_shape(name, case, target, out, want_shape):
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want_shape) or out.dtype != case.dtype:
         got = (tuple(out.shape), out.dtype) if isinstance(out, torch.Tensor) else type(out)
-        fail(name, case, target, f"expected shape {tuple(want_shape)} and dtype {case.dtype}; got {got}")
+        fail(name, case, target, f"expected shape {tuple(want_shape)} and dtype {case.dtype}; got {got}", kind=WrongOutput)
 
 
 @invariant(*CE)
@@ -1141,7 +1144,7 @@ def ce_confident_bf16_rows_keep_gradient(case, target):
     assert bool((tt[rows] < rt[rows].abs() / 4).all()), "harness: the bound does not resolve 1 - p_t"
     dx = ce_run(case, target, x, t, dl)
     if tuple(dx.shape) != tuple(x.shape):
-        fail("ce_confident_bf16_rows_keep_gradient", case, target, f"gradient shape {tuple(dx.shape)}")
+        fail("ce_confident_bf16_rows_keep_gradient", case, target, f"gradient shape {tuple(dx.shape)}", kind=WrongOutput)
     out = torch.gather(dx.double(), -1, tc[..., None])[..., 0]
     out, rt, tt = torch.where(rows, out, 0.0), torch.where(rows, rt, 0.0), torch.where(rows, tt, 1.0)
     assert_close("ce_confident_bf16_rows_keep_gradient", case, target, out, rt, tt,
