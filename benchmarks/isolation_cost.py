@@ -1,9 +1,9 @@
 """What crash isolation (properties/isolation.py, --isolate) costs per example, and to start.
 
 For each property (invariant, op) it draws the cases the suite would (the profile's shapes), then
-checks every case both in this process and in the isolation worker, alternately and REPEATS times
-each, keeping each case's fastest time in each mode: a load that comes and goes hits both modes
-alike (on a shared machine whole pytest runs differ by more than the cost measured here). Prints
+checks them all in this process, then all in the isolation worker, REPEATS times alternately,
+keeping each case's fastest time in each mode: a load that comes and goes hits both modes alike
+(on a shared machine whole pytest runs differ by more than the cost measured here). Prints
 examples per second both ways per property, the worker's start (cold: the fork server imports
 torch, triton and the suite; warm: a fork), and a crash's cost (a segfault, then the next
 example on a fresh worker).
@@ -89,8 +89,11 @@ def main():
     cold = time.perf_counter() - t0
     isolation.shutdown()
     t0 = time.perf_counter()
-    isolation.supports_autograd(Target(args.target), "log_softmax")
+    isolation.worker().start(isolation._preload(target))
     warm = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    isolation.supports_autograd(Target(args.target), "log_softmax")
+    first = time.perf_counter() - t0
 
     print(f"\n{'property':58s} {'cases':>5s} {'in-process /s':>14s} {'isolated /s':>12s} {'ratio':>6s} {'per example':>12s}")
     tot = [0, 0.0, 0.0]
@@ -98,18 +101,16 @@ def main():
         name, op = pair.split("-", 1)
         inv = invs[name]
         cases = draw(inv, op, args.examples)
-        direct = isolated = 0.0
-        for case in cases:
-            a, b = [], []
-            for r in range(args.repeats):
-                order = (0, 1) if r % 2 == 0 else (1, 0)
-                for k in order:
-                    if k == 0:
-                        a.append(timed(lambda: inv.check(case, target)))
-                    else:
-                        b.append(timed(lambda: isolation.check(inv, case, target)))
-            direct += min(a)
-            isolated += min(b)
+        times = {0: [[] for _ in cases], 1: [[] for _ in cases]}
+        for r in range(args.repeats):
+            # mode by mode over all the cases: while one process runs torch the other is idle (its
+            # OpenMP threads would otherwise compete for the cores, which a real run never sees)
+            for k in ((0, 1) if r % 2 == 0 else (1, 0)):
+                for i, case in enumerate(cases):
+                    run = (lambda: inv.check(case, target)) if k == 0 else (lambda: isolation.check(inv, case, target))
+                    times[k][i].append(timed(run))
+        direct = sum(min(t) for t in times[0])
+        isolated = sum(min(t) for t in times[1])
         n = len(cases)
         tot[0] += n
         tot[1] += direct
@@ -118,8 +119,9 @@ def main():
               f"{(isolated - direct) / n * 1e3:+9.2f} ms", flush=True)
     print(f"{'all':58s} {tot[0]:5d} {tot[0] / tot[1]:14.2f} {tot[0] / tot[2]:12.2f} {tot[1] / tot[2]:6.3f} "
           f"{(tot[2] - tot[1]) / tot[0] * 1e3:+9.2f} ms")
-    print(f"\nworker start: {cold:.2f} s cold (fork server imports torch, triton and the suite; once per pytest "
-          f"process), {warm:.3f} s warm (a fork)")
+    print(f"\nworker start: {cold:.2f} s cold (the fork server imports torch, triton and the suite; once per pytest "
+          f"process), {warm:.3f} s warm (a fork), then {first:.3f} s for the first call of the target in the new "
+          f"process (the autograd probe)")
 
     crasher = Target("properties.faulty.misbehaves")
     crasher.device = "cpu"

@@ -235,7 +235,11 @@ def main(argv=None) -> int:
                     help="module to replay against (default: the one each file failed on)")
     args = ap.parse_args(argv)
     import faulthandler
-    faulthandler.enable()  # a case that crashes the target (a segfault) shows where it died
+    if not faulthandler.is_enabled():  # a case that crashes the target (a segfault) shows where it died
+        try:
+            faulthandler.enable()
+        except (AttributeError, OSError, ValueError):  # stderr is no file (captured): no stack on a crash
+            pass
     import warnings
     warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
     worst = 0
