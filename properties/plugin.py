@@ -176,9 +176,9 @@ def pytest_report_header(config):
              f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')} isolate={'on' if iso else 'off'}"]
     where = replay.failures_dir(config)
     left = sorted(f for f in os.listdir(where) if f.endswith(replay.PENDING)) if where and os.path.isdir(where) else []
-    for f in left:  # removed when a test ends: this one's process died during a check
-        lines.append(f"softmax-properties: a run died while checking the case in "
-                     f"{os.path.relpath(os.path.join(where, f))}: python -m properties.replay {os.path.relpath(os.path.join(where, f))}")
+    for f in left:  # a pending file is removed when its test ends: this one's process died during a check
+        path = os.path.relpath(os.path.join(where, f))
+        lines.append(f"softmax-properties: a run died while checking the case in {path}: python -m properties.replay {path}")
     return lines
 
 
