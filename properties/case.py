@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .failures import PropertyFailure, classify, failure_class, precision_group
 from .ops import OPS
 from .strategies import Input
 
@@ -97,18 +98,17 @@ class Case:
         return "\n".join(lines)
 
 
-class PropertyFailure(AssertionError):
-    pass
-
-
 TIER_OF: dict = {}  # invariant name -> its tier (filled by properties/invariants.py's registry)
 
 
 def fail(invariant: str, case: Case, target, what: str, index=None, expected=None, actual=None, tol=None,
-         call: str = None, out_name: str = "out"):
+         call: str = None, out_name: str = "out", kind=None):
     """Raise PropertyFailure: the invariant and what broke, the case, the worst element of the
     output named out_name (index None: no element), and the case's reproducer. case: a Case or a
-    MergeCase (anything with describe() and reproducer(target_name, call))."""
+    MergeCase (anything with describe() and reproducer(target_name, call)). The exception's class
+    (properties/failures.py) is kind (default: from the worst element, else PropertyFailure),
+    qualified by out_name and the case's precision group, so that each kind of bug is reported
+    and shrunk on its own."""
     tier = TIER_OF.get(invariant)
     msg = [f"[{invariant}] {f'({tier} tier) ' if tier else ''}{what}", "  " + case.describe()]
     if index is not None:
@@ -117,7 +117,10 @@ def fail(invariant: str, case: Case, target, what: str, index=None, expected=Non
                    f" tolerance={float(tol):.3g}" if tol is not None else
                    f"  worst element {where}: actual={_fmt(float(actual))} expected={_fmt(float(expected))}")
     msg.append("  reproducer:\n" + "\n".join("    " + line for line in case.reproducer(target.name, call).splitlines()))
-    raise PropertyFailure("\n".join(msg))
+    if kind is None:
+        kind = classify(expected, actual, tol) if index is not None and expected is not None else PropertyFailure
+    cls = failure_class(kind, "" if out_name == "out" else out_name, precision_group(getattr(case, "dtype", None)))
+    raise cls("\n".join(msg))
 
 
 # ----------------------------------------------------------------------------------------------

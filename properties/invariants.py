@@ -23,6 +23,7 @@ import oracles
 
 from . import tolerances as T
 from .case import TIER_OF, Case, fail, tree_code, tree_depth, tree_leaves
+from .failures import WrongOutput
 from .ops import OPS
 from .strategies import GRID_SHIFT
 
@@ -94,9 +95,13 @@ class _Refusals:
         self.count, self.first = 0, None
 
     def add(self, e: BaseException):
+        self.add_message(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+    def add_message(self, message: str):
+        """A refusal described by its message (one made in the isolation worker)."""
         self.count += 1
-        if self.first is None:
-            self.first = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        if self.first is None and message:
+            self.first = message
 
     def describe(self) -> str:
         if not self.count:
@@ -173,7 +178,8 @@ def assert_close(name, case, target, out, ref, tol, what, call=None, only=None):
 
 def assert_bitwise(name, case, target, a, b, what, call=None):
     if a.shape != b.shape or a.dtype != b.dtype:
-        fail(name, case, target, f"{what}: shape/dtype {tuple(a.shape)}/{a.dtype} vs {tuple(b.shape)}/{b.dtype}", call=call)
+        fail(name, case, target, f"{what}: shape/dtype {tuple(a.shape)}/{a.dtype} vs {tuple(b.shape)}/{b.dtype}", call=call,
+             kind=WrongOutput)
     same = (a == b) | (torch.isnan(a) & torch.isnan(b))
     if not bool(same.all()):
         i = worst(~same, (a.double() - b.double()).abs())
@@ -599,7 +605,7 @@ def _agree(name, case, target, out, base, args, strict, what, call=None):
         return
     if out.shape != base.shape or out.dtype != base.dtype:
         fail(name, case, target, f"{what}: shape/dtype {tuple(out.shape)}/{out.dtype} vs {tuple(base.shape)}/{base.dtype}",
-             call=call)
+             call=call, kind=WrongOutput)
     _, tol = truth(case.op, case.dtype, args)
     rows = vjp_rows(case, args, strict)
     assert_close(name, case, target, out, base.double(), 2 * tol, what, call,
@@ -711,7 +717,7 @@ def output_dtype_and_shape(case, target):
     if not isinstance(out, torch.Tensor) or out.shape != want_shape or out.dtype != want_dtype or out.device != args[0].device:
         got = (tuple(out.shape), out.dtype, out.device) if isinstance(out, torch.Tensor) else type(out)
         fail("output_dtype_and_shape", case, target,
-             f"expected shape {tuple(want_shape)}, dtype {want_dtype}, device {args[0].device}; got {got}")
+             f"expected shape {tuple(want_shape)}, dtype {want_dtype}, device {args[0].device}; got {got}", kind=WrongOutput)
 
 
 @invariant(*ALL, needs=("dim",), strict="dim_argument_bitwise")
@@ -755,7 +761,8 @@ def _state_ok(name, case, target, got, like, what, call=None):
     ok = isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, torch.Tensor) for t in got)
     have = [(tuple(t.shape), t.dtype, t.device) for t in got] if ok else type(got)
     if not ok or have != want:
-        fail(name, case, target, f"{what}: expected (x, lse) with (shape, dtype, device) {want}; got {have}", call=call)
+        fail(name, case, target, f"{what}: expected (x, lse) with (shape, dtype, device) {want}; got {have}", call=call,
+             kind=WrongOutput)
 
 
 def _lse_dtype(dtype):
@@ -818,7 +825,7 @@ def _merge_agree(name, case, target, a, b, strict, what, call):
     for i, nm in ((0, "x"), (1, "lse")):
         if a[i].shape != b[i].shape or a[i].dtype != b[i].dtype:
             fail(name, case, target, f"{what}: {nm} shape/dtype {tuple(a[i].shape)}/{a[i].dtype} vs "
-                 f"{tuple(b[i].shape)}/{b[i].dtype}", call=call)
+                 f"{tuple(b[i].shape)}/{b[i].dtype}", call=call, kind=WrongOutput)
     if not strict:
         _, _, tol_x, tol_l = one_shot_truth(case, target.device, tree_leaves(case.tree), tree_depth(case.tree))
         _close(name, case, target, a[0], b[0].double(), 2 * tol_x, case.dtype, what, "x", call)
@@ -1142,7 +1149,7 @@ def _ce_record(case, out, ref, tol):
 def _ce_shape(name, case, target, out, want_shape):
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(want_shape) or out.dtype != case.dtype:
         got = (tuple(out.shape), out.dtype) if isinstance(out, torch.Tensor) else type(out)
-        fail(name, case, target, f"expected shape {tuple(want_shape)} and dtype {case.dtype}; got {got}")
+        fail(name, case, target, f"expected shape {tuple(want_shape)} and dtype {case.dtype}; got {got}", kind=WrongOutput)
 
 
 def ce_default_mask(case, args, out_shape):
@@ -1424,7 +1431,7 @@ def ce_confident_bf16_rows_keep_gradient(case, target):
     assert bool((tt[rows] < rt[rows].abs() / 4).all()), "harness: the bound does not resolve 1 - p_t"
     dx = ce_run(case, target, x, t, dl)
     if tuple(dx.shape) != tuple(x.shape):
-        fail("ce_confident_bf16_rows_keep_gradient", case, target, f"gradient shape {tuple(dx.shape)}")
+        fail("ce_confident_bf16_rows_keep_gradient", case, target, f"gradient shape {tuple(dx.shape)}", kind=WrongOutput)
     out = torch.gather(dx.double(), -1, tc[..., None])[..., 0]
     out, rt, tt = torch.where(rows, out, 0.0), torch.where(rows, rt, 0.0), torch.where(rows, tt, 1.0)
     assert_close("ce_confident_bf16_rows_keep_gradient", case, target, out, rt, tt,

@@ -1,6 +1,8 @@
 """The pytest plugin: options, marker, Hypothesis profiles, report header and summary.
 
 * ``--target MODULE``: the module under test (default: the project's ``kernels``).
+* ``--isolate {auto,on,off}``: run each check in a worker process that may crash
+  (properties/isolation.py); auto: on for every target but the project's kernels.
 * the ``properties`` marker is registered here and applied to every test under properties/.
 * profiles: ``ci`` (CPU interpreter: deterministic, small shapes), ``dev``, ``gpu`` (default when
   CUDA is present: 1,000 examples per property), ``nightly`` (10,000 examples, larger batches).
@@ -16,7 +18,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from . import strategies as S
+from . import isolation, strategies as S
 
 _COMMON = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
@@ -101,6 +103,13 @@ def pytest_addoption(parser):
     group.addoption("--properties-failures", default=".properties-failures", metavar="DIR",
                     help="write each failing case as a replay script to DIR (relative to the rootdir; '' turns it off); "
                          "replay: python -m properties.replay FILE --target MODULE")
+    group.addoption("--isolate", default="auto", choices=isolation.MODES,
+                    help="run each invariant check in a worker process, so that a crash of the target (a segfault, a "
+                         "broken CUDA context, a hang) is a failure Hypothesis shrinks and the run goes on "
+                         "(auto, the default: on for every --target but the project's kernels); see properties/isolation.py")
+    group.addoption("--isolate-timeout", type=float, default=isolation.DEFAULT_TIMEOUT, metavar="SECONDS",
+                    help="with --isolate: a check without an answer after SECONDS is a crash (a hang); "
+                         f"default {isolation.DEFAULT_TIMEOUT:g}")
 
 
 @pytest.hookimpl(trylast=True)  # after Hypothesis's own plugin has loaded --hypothesis-profile
@@ -126,6 +135,9 @@ def pytest_configure(config):
         parent = get(prof) if get else settings._profiles[prof]
         settings.register_profile(f"{prof}-{n}", parent=parent, max_examples=n)
         settings.load_profile(f"{prof}-{n}")
+    t = config.getoption("isolate_timeout", isolation.DEFAULT_TIMEOUT)
+    if not t > 0:
+        raise pytest.UsageError(f"--isolate-timeout must be a positive number of seconds, got {t}")
     wi = getattr(config, "workerinput", None)
     if wi:
         _place_worker(wi)
@@ -133,12 +145,19 @@ def pytest_configure(config):
 
 def _place_worker(wi: dict) -> None:
     """pytest-xdist worker gwK: its own GPU, K modulo the visible GPUs (workers round-robin over
-    them), and its share of the CPU cores (torch would give every worker all of them)."""
+    them), and its share of the CPU cores (torch would give every worker all of them). Its
+    isolation worker (properties/isolation.py) gets the same GPU and threads."""
     n = max(1, int(wi.get("workercount", 1)))
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // n))
+    isolation.THREADS = max(1, (os.cpu_count() or 1) // n)
+    torch.set_num_threads(isolation.THREADS)
     if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         k = int(str(wi.get("workerid", "gw0")).lstrip("gw") or 0)
-        torch.cuda.set_device(k % torch.cuda.device_count())
+        isolation.GPU_INDEX = k % torch.cuda.device_count()
+        torch.cuda.set_device(isolation.GPU_INDEX)
+
+
+def pytest_unconfigure(config):
+    isolation.shutdown()
 
 
 def pytest_collection_modifyitems(config, items):
@@ -177,9 +196,17 @@ def pytest_report_header(config):
     import triton
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     dev = (f"{n} x {torch.cuda.get_device_name(0)}" if n > 1 else torch.cuda.get_device_name(0)) if n else "cpu (Triton interpreter)"
-    return [f"softmax-properties: device={dev} torch={torch.__version__} triton={triton.__version__} "
-            f"profile={config._softmax_profile} tier={config.getoption('tier')} target={config.getoption('target')} "
-            f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}"]
+    from . import replay
+    iso = isolation.enabled(config.getoption("isolate"), config.getoption("target"))
+    lines = [f"softmax-properties: device={dev} torch={torch.__version__} triton={triton.__version__} "
+             f"profile={config._softmax_profile} tier={config.getoption('tier')} target={config.getoption('target')} "
+             f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')} isolate={'on' if iso else 'off'}"]
+    where = replay.failures_dir(config)
+    left = sorted(f for f in os.listdir(where) if f.endswith(replay.PENDING)) if where and os.path.isdir(where) else []
+    for f in left:  # a pending file is removed when its test ends: this one's process died during a check
+        path = os.path.relpath(os.path.join(where, f))
+        lines.append(f"softmax-properties: a run died while checking the case in {path}: python -m properties.replay {path}")
+    return lines
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,14 @@ Hypothesis prints under "Draw 1 (case)". Replay re-runs the invariant's whole ch
 Run from the repository root. Without CUDA it uses Triton's interpreter (as conftest.py does).
 Prints PASS, FAIL with the failure report, NOT APPLICABLE (the target refused the input, or the
 law's precondition does not hold for this target's outputs) or SKIP (the target lacks the op).
-Exit status: 0 when nothing failed, 1 when something failed, 2 on bad arguments.
+Exit status: 0 when nothing failed, 1 when something failed, 2 on bad arguments. Replay runs in
+this process: a case that crashed the target (a ``target crashed`` failure) crashes it again,
+with Python's faulthandler printing where.
+
+Before each check, test_property also writes the case as ``<target>.<invariant>-<op>.pending.py``
+(the same format; removed when the test ends), so that a pytest process that dies during a check
+(a crash with ``--isolate off``, a time limit) leaves the case it was checking; the next run's
+header names such a file.
 """
 from __future__ import annotations
 
@@ -108,6 +115,38 @@ def save(directory: str, target: str, invariant: str, op: str, exc) -> list:
     return paths
 
 
+PENDING = ".pending.py"  # the suffix of a case written before it is checked
+
+
+def pending_path(directory: str, target: str, invariant: str, op: str) -> str:
+    return os.path.join(directory, f"{_safe(target)}.{invariant}-{op}{PENDING}")
+
+
+class Pending:
+    """The case being checked, as a replay file written before each check (<target>.<invariant>
+    -<op>.pending.py), so that a process that dies on it (a crash outside the isolation worker,
+    a time limit) still leaves it; removed when the test ends. One open file rewritten in place:
+    a few microseconds per example besides the case's repr."""
+
+    def __init__(self, directory: str, target: str, invariant: str, op: str):
+        os.makedirs(directory, exist_ok=True)
+        self.path = pending_path(directory, target, invariant, op)
+        self.target, self.invariant, self.rel = target, invariant, os.path.relpath(self.path)
+        self.file = open(self.path, "w")
+
+    def write(self, case):
+        text = render(self.invariant, self.target, case, "the process died while checking this case", self.rel)
+        self.file.seek(0)
+        self.file.write(text)
+        self.file.truncate()
+        self.file.flush()  # into the operating system's hands: it survives this process dying
+
+    def close(self):
+        self.file.close()
+        if os.path.exists(self.path):
+            os.remove(self.path)
+
+
 def load(path: str):
     """(invariant name, case, target name) from a replay file; ValueError naming what is wrong."""
     import runpy
@@ -195,6 +234,12 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default=None, metavar="MODULE",
                     help="module to replay against (default: the one each file failed on)")
     args = ap.parse_args(argv)
+    import faulthandler
+    if not faulthandler.is_enabled():  # a case that crashes the target (a segfault) shows where it died
+        try:
+            faulthandler.enable()
+        except (AttributeError, OSError, ValueError):  # stderr is no file (captured): no stack on a crash
+            pass
     import warnings
     warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton.runtime.interpreter")
     worst = 0

@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import errors, given, strategies as st
 
-from . import replay, strategies as S
+from . import isolation, replay, strategies as S
 from .invariants import REGISTRY, WORST_ULP, refusals
 
 PAIRS = [pytest.param(inv, op, id=f"{inv.name}-{op}") for inv in REGISTRY for op in inv.ops]
@@ -26,18 +26,24 @@ def _skip_reason(inv, op, target):
 
 
 class _TagsCase:
-    """The invariant, whose check tags an exception with its case (what properties/replay.py
-    saves). A wrapper, not code in `check`: under derandomize, Hypothesis seeds from the source
-    of `check`, so editing it would change every example the ci profile draws."""
+    """The invariant, whose check writes the case as a pending replay file first (when pending is
+    given), runs in the isolation worker (when isolated; properties/isolation.py) and tags an
+    exception with its case (what properties/replay.py saves). A wrapper, not code in `check`:
+    under derandomize, Hypothesis seeds from the source of `check`, so editing it would change
+    every example the ci profile draws."""
 
-    def __init__(self, inv):
-        self._inv = inv
+    def __init__(self, inv, isolated=False, timeout=isolation.DEFAULT_TIMEOUT, pending=None):
+        self._inv, self._isolated, self._timeout, self._pending = inv, isolated, timeout, pending
 
     def __getattr__(self, name):
         return getattr(self._inv, name)
 
     def check(self, case, target):
+        if self._pending is not None:
+            self._pending.write(case)
         try:
+            if self._isolated:
+                return isolation.check(self._inv, case, target, self._timeout)
             return self._inv.check(case, target)
         except Exception as e:
             e._properties_case = case
@@ -46,10 +52,15 @@ class _TagsCase:
 
 @pytest.mark.parametrize("inv,op", PAIRS)
 def test_property(inv, op, target, request):
+    isolated = isolation.enabled(request.config.getoption("isolate", "off"), target.name)
+    if isolated and "autograd" in inv.needs:  # the probe calls the target: in the worker too
+        isolation.supports_autograd(target, op)
     reason = _skip_reason(inv, op, target)
     if reason:
         pytest.skip(reason)
-    inv = _TagsCase(inv)
+    where = replay.failures_dir(request.config)
+    pending = replay.Pending(where, target.name, inv.name, op) if where else None
+    inv = _TagsCase(inv, isolated, request.config.getoption("isolate_timeout", isolation.DEFAULT_TIMEOUT), pending)
     stats = [0, 0.0]
     refusals.reset()
 
@@ -72,21 +83,14 @@ def test_property(inv, op, target, request):
     except errors.Unsatisfiable as e:  # nothing the law could judge: say why, do not fail
         pytest.skip(f"no example satisfied the law's preconditions ({refusals.describe()}): {str(e).splitlines()[0]}")
     except Exception as e:  # each failure (grouped when several) saved as a replay file
-        where = replay.failures_dir(request.config)
         if where:
             for path in replay.save(where, target.name, inv.name, op, e):
                 request.node.user_properties.append(("softmax_replay", path))
         raise
     finally:  # travels to the controller under xdist
+        if pending is not None:
+            pending.close()
         request.node.user_properties.append(("softmax_stats", (stats[0], stats[1])))
         request.node.user_properties.append(("softmax_ulps", dict(WORST_ULP)))
-        request.node.user_properties.append(("softmax_compiles", _compiles()))
-
-
-def _compiles():
-    try:
-        import kernels
-        from kernels import _launch
-        return (len(_launch.VARIANTS), kernels.compiled_kernel_count())
-    except Exception:
-        return (0, 0)
+        request.node.user_properties.append(("softmax_compiles", isolation.total_compiles() if isolated
+                                             else isolation.compile_counts()))

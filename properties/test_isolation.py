@@ -1,0 +1,230 @@
+"""Crash isolation and one failure class per kind of bug (properties/isolation.py,
+properties/failures.py): a check run in the worker process ends as it would in-process, a crash of
+the target is a failure of its own that Hypothesis shrinks while the rest of the run goes on, and
+a kernel with two independent bugs has both reported by one test, each with its own smallest case.
+The end-to-end tests run pytest in a subprocess against the targets in properties/faulty/."""
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import hypothesis
+import pytest
+import torch
+
+from . import interpreter, isolation, replay
+from .case import Case, fail
+from .failures import (Differs, OutOfTolerance, PropertyFailure, Raised, TargetCrashed, UnexpectedFinite,
+                       UnexpectedInf, UnexpectedNaN, WrongNonFinite, WrongOutput, failure_class)
+from .invariants import REGISTRY, WORST_ULP
+from .ops import Target
+from .strategies import Input, Layout, Logits
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ON_GPU = torch.cuda.is_available() and not interpreter.interpreting()
+MATCHES_ORACLE = next(inv for inv in REGISTRY if inv.name == "matches_oracle")
+
+
+def _case(cols: int, rows: int = 2, dtype=torch.float32) -> Case:
+    name = str(dtype).replace("torch.", "")
+    return Case("softmax", dtype, (Input(Logits(rows, cols, name, ("normal", 1, 1.0)), (rows,), Layout()),))
+
+
+def _raised(fn) -> BaseException:
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - the exception is what is examined
+        return e
+    raise AssertionError("nothing raised")
+
+
+# ---- failure classes --------------------------------------------------------------------------
+@pytest.mark.parametrize("expected,actual,tol,kind", [
+    (1.0, math.nan, 1e-6, UnexpectedNaN), (math.inf, math.nan, None, UnexpectedNaN),
+    (1.0, math.inf, 1e-6, UnexpectedInf), (math.nan, 0.5, 1e-6, UnexpectedFinite), (-math.inf, 0.0, None, UnexpectedFinite),
+    (math.inf, -math.inf, None, WrongNonFinite), (1.0, 1.5, 1e-6, OutOfTolerance), (1.0, 1.5, None, Differs),
+])
+def test_fail_class_follows_the_worst_element(expected, actual, tol, kind):
+    target = SimpleNamespace(name="kernels")
+    e = _raised(lambda: fail("inv", _case(2), target, "broken", (0, 1), expected, actual, tol))
+    assert type(e) is kind and isinstance(e, PropertyFailure) and str(e).startswith("[inv] broken")
+
+
+def test_fail_class_qualified_by_output_and_precision():
+    target = SimpleNamespace(name="kernels")
+    a = _raised(lambda: fail("inv", _case(2, dtype=torch.bfloat16), target, "w", (0,), 1.0, math.nan, 0.1, out_name="lse"))
+    b = _raised(lambda: fail("inv", _case(2, dtype=torch.float16), target, "w", (0,), 1.0, math.nan, 0.1, out_name="lse"))
+    c = _raised(lambda: fail("inv", _case(2), target, "shape", kind=WrongOutput))
+    d = _raised(lambda: fail("inv", _case(2), target, "no element"))
+    assert type(a) is type(b) is failure_class(UnexpectedNaN, "lse", "16-bit")
+    assert type(a).__name__ == "UnexpectedNaN[lse, 16-bit]" and isinstance(a, UnexpectedNaN)
+    assert type(c) is WrongOutput and type(d) is PropertyFailure
+    for e in (a, c, d, failure_class(Raised, "IndexError", "k.py:3")("m")):  # what a worker sends
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is type(e) and str(back) == str(e)
+    with pytest.raises(TypeError, match="kind must be PropertyFailure or a subclass"):
+        failure_class(ValueError)
+
+
+def test_isolate_modes():
+    assert isolation.enabled("on", "kernels") and not isolation.enabled("off", "other")
+    assert isolation.enabled("auto", "other") and not isolation.enabled("auto", "kernels")
+    with pytest.raises(ValueError, match="--isolate must be one of auto, on, off, got 'sometimes'"):
+        isolation.enabled("sometimes", "kernels")
+
+
+# ---- the worker -------------------------------------------------------------------------------
+@pytest.mark.filterwarnings("ignore:Using `reject` outside")  # the refusal's reject(), here outside @given
+def test_worker_outcomes_match_in_process(monkeypatch):
+    """Every outcome of a check in the worker: a pass (its hypothesis.target observation and
+    WORST_ULP update replayed here), a PropertyFailure (same class and message as in-process), a
+    refusal (rejected), an exception (Raised, by type and line, with the worker's traceback), a
+    segfault and a hang (TargetCrashed, with where the worker was), and a restart after each."""
+    target = Target("properties.faulty.misbehaves")
+    seen = []
+    monkeypatch.setattr(hypothesis, "target", lambda v, label="": seen.append((v, label)))
+    WORST_ULP.pop(("softmax", "float64"), None)
+    isolation.check(MATCHES_ORACLE, _case(4, dtype=torch.float64), target)
+    assert [label for _, label in seen] == ["bound used softmax float64"] and ("softmax", "float64") in WORST_ULP
+
+    here = _raised(lambda: MATCHES_ORACLE.check(_case(9), target))
+    there = _raised(lambda: isolation.check(MATCHES_ORACLE, _case(9), target))
+    assert type(there) is type(here) is OutOfTolerance and str(there) == str(here)
+
+    with pytest.raises(hypothesis.errors.UnsatisfiedAssumption):
+        isolation.check(MATCHES_ORACLE, _case(7), target)
+
+    e = _raised(lambda: isolation.check(MATCHES_ORACLE, _case(6), target))
+    assert isinstance(e, Raised) and type(e).__name__.startswith("Raised[IndexError, misbehaves.py:")
+    assert str(e).startswith("[matches_oracle] (default tier) raised IndexError: six columns")
+    assert "raised in the worker process:" in str(e) and 'raise IndexError("six columns")' in str(e)
+
+    starts = isolation.worker().starts
+    e = _raised(lambda: isolation.check(MATCHES_ORACLE, _case(10), target))
+    assert type(e) is failure_class(TargetCrashed, "SIGSEGV")
+    assert str(e).startswith("[matches_oracle] (default tier) target crashed: SIGSEGV"), str(e)
+    assert "reproducer:" in str(e) and "out = target.softmax(x)" in str(e)
+    assert "where the worker was" in str(e) and "misbehaves.py" in str(e)
+    isolation.check(MATCHES_ORACLE, _case(4), target)  # a new worker
+    assert isolation.worker().starts == starts + 1
+
+    t0 = time.perf_counter()
+    e = _raised(lambda: isolation.check(MATCHES_ORACLE, _case(5), target, timeout=2))
+    assert type(e) is failure_class(TargetCrashed, "timeout") and "no answer within 2 s" in str(e)
+    assert "misbehaves.py" in str(e)  # where it hung
+    assert time.perf_counter() - t0 < 30
+    isolation.check(MATCHES_ORACLE, _case(4), target)
+
+
+def test_autograd_probe_in_worker():
+    target = Target("properties.faulty.misbehaves")
+    assert isolation.supports_autograd(target, "softmax") is True
+    assert target._autograd == {"softmax": True}
+
+
+# ---- end to end -------------------------------------------------------------------------------
+def _pytest(*args, timeout=600):
+    cmd = [sys.executable, "-m", "pytest", "-m", "properties", "properties/test_properties.py", "-p", "no:randomly",
+           "--hypothesis-profile=ci", *args]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return out, out.stdout + out.stderr
+
+
+OOB = ["--target", "properties.faulty.oob_read", "-k", "matches_oracle and (softmax or log_softmax) and not backward"]
+
+
+def test_crash_is_a_shrunk_failure_and_the_run_goes_on(tmp_path):
+    """A Triton kernel that reads far out of bounds on tensors of more than 3 rows: its test fails
+    with a shrunk 'target crashed' (a segfault of the interpreter; on a GPU, an illegal memory
+    access) of 4 rows of one column, its reproducer and a replay file, and the next test of the
+    run (log_softmax of the same target) still runs and passes."""
+    fails = tmp_path / "fail"
+    out, text = _pytest(*OOB, "--isolate", "on", "--properties-failures", str(fails))
+    assert out.returncode == 1, text
+    assert "1 failed, 1 passed" in text, text
+    how = "CUDA error" if ON_GPU else "SIG"
+    assert f"TargetCrashed[{how}" in text and f"[matches_oracle] (default tier) target crashed: {how}" in text, text
+    assert "reproducer:" in text and "out = target.softmax(x)" in text and "oob_read.py" in text, text
+    (saved,) = [p for p in fails.iterdir()]
+    assert saved.name == "properties.faulty.oob_read.matches_oracle-softmax.py", text
+    inv, case, _ = replay.load(str(saved))
+    (x,) = case.tensors()
+    assert inv == "matches_oracle" and x[..., 0].numel() == 4 and x.shape[-1] == 1, case  # shrunk to the threshold
+
+
+@pytest.mark.skipif(ON_GPU, reason="on a GPU the crash is an exception that leaves pytest alive")
+def test_crash_without_isolation_leaves_the_pending_case(tmp_path):
+    """With --isolate off the same crash kills pytest; the case it was checking is left as a
+    pending replay file, and the next run's header names it."""
+    fails = tmp_path / "fail"
+    out, text = _pytest(*OOB, "--isolate", "off", "--properties-failures", str(fails))
+    assert out.returncode < 0 or out.returncode > 128, text  # killed by a signal
+    (pending,) = [p for p in fails.iterdir()]
+    assert pending.name.endswith(replay.PENDING), pending
+    inv, case, tname = replay.load(str(pending))
+    assert (inv, tname) == ("matches_oracle", "properties.faulty.oob_read") and case.tensors()[0][..., 0].numel() > 3
+    from .plugin import pytest_report_header
+    opts = {"isolate": "auto", "target": "kernels", "properties_failures": str(fails)}
+    config = SimpleNamespace(getoption=lambda k, d=None: opts.get(k, d), _softmax_profile="ci", rootpath=tmp_path)
+    header = "\n".join(pytest_report_header(config))
+    assert "a run died while checking the case in" in header and pending.name in header, header
+
+
+def test_two_independent_bugs_both_reported(tmp_path):
+    """A softmax that is NaN on rows holding a logit above 50 and 1% off on rows longer than 4:
+    one test reports both (in 16-bit and in wider dtypes, each precision group a class of its
+    own), each shrunk to its own smallest case, and saves a replay file for each."""
+    fails = tmp_path / "fail"
+    out, text = _pytest("--target", "properties.faulty.two_bugs", "-k", "matches_oracle-softmax and not backward",
+                        "--isolate", "off", "--properties-failures", str(fails))
+    assert out.returncode == 1, text
+    assert "distinct failures" in text, text
+    shapes = {}
+    for path in fails.iterdir():
+        _, case, _ = replay.load(str(path))
+        status, report = replay.replay("matches_oracle", case, "properties.faulty.two_bugs")
+        assert status == "FAIL", report
+        kind = "nan" if "actual=nan" in report else "off"
+        wide = case.dtype.itemsize > 2
+        shapes[kind, wide] = tuple(case.tensors()[0].shape)
+    assert shapes == {("nan", True): (1,), ("nan", False): (1,), ("off", True): (5,), ("off", False): (5,)}, (shapes, text)
+    for name in ("UnexpectedNaN:", "UnexpectedNaN[16-bit]:", "OutOfTolerance:", "OutOfTolerance[16-bit]:"):
+        assert f"properties.failures.{name}" in text, text
+
+
+@pytest.mark.parametrize("raises,async_error,sticky,outcome", [
+    (None, True, True, "crashed"),  # a launch's asynchronous error: surfaces at the check's closing synchronize
+    (RuntimeError("CUDA error: out of memory"), False, False, "raised"),  # an error that leaves the context usable
+    (None, False, False, "pass"),
+    ("fail", True, True, "crashed"),  # a failure on garbage read after the context broke
+])
+def test_cuda_errors_are_attributed_to_their_example(monkeypatch, raises, async_error, sticky, outcome):
+    """The worker's CUDA path, without a GPU: torch.cuda.synchronize and the context probe are
+    stand-ins. An error of the example's own launches ends that example (the worker synchronizes
+    after every check), and a lost context makes it a crash, not an ordinary exception."""
+    from . import invariants
+    from .invariants import Invariant
+
+    def check(case, target):
+        if raises == "fail":
+            fail("fake", case, target, "garbage", (0,), 1.0, 2.0, 0.1)
+        if raises is not None:
+            raise raises
+
+    def synchronize():
+        if async_error:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
+
+    monkeypatch.setattr(invariants, "REGISTRY", [Invariant("fake", check, ("softmax",))])
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    monkeypatch.setattr(isolation, "_cuda_broken", lambda: "CUDA error: an illegal memory access was encountered" if sticky else "")
+    got, payload, _ = isolation._check("fake", _case(2), SimpleNamespace(device="cuda", name="fake"), [])
+    assert got == outcome, payload
+    if outcome == "crashed":
+        reason, detail = payload
+        assert reason == "CUDA error: an illegal memory access was encountered" and "this example's launches" in detail
