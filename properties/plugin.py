@@ -106,7 +106,7 @@ def pytest_configure(config):
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("gpu" if torch.cuda.is_available() else "ci")
     from . import interpreter
-    if interpreter.interpreting():  # autotuned third-party kernels take their first config, no benchmark
+    if interpreter.interpreting():  # compiled Triton's autotune, 16-bit rounding and float32 scalar arguments
         interpreter.install()
     prof = _profile_name(config)
     S.set_limits(LIMITS.get(prof, LIMITS["dev"]))
@@ -152,7 +152,14 @@ def pytest_report_header(config):
     dev = (f"{n} x {torch.cuda.get_device_name(0)}" if n > 1 else torch.cuda.get_device_name(0)) if n else "cpu (Triton interpreter)"
     return [f"softmax-properties: device={dev} torch={torch.__version__} triton={triton.__version__} "
             f"profile={config._softmax_profile} target={config.getoption('target')} "
-            f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}"]
+            f"TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET', '0')}"] + _interpreter_header()
+
+
+def _interpreter_header() -> list:
+    from . import interpreter
+    if not interpreter.interpreting():
+        return []
+    return ["interpreter patches: " + " ".join(f"{k}={v}" for k, v in interpreter.patches().items())]
 
 
 @pytest.fixture(scope="session")
