@@ -33,11 +33,13 @@ All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
   conversions, which made the 16-bit kernels compute-bound.
 * ``exp_ftz(x)``: float32 exp without the subnormal fix-up (FTZ); ``exp_ct(x, F64)``: exp in the
   compute type (tl.exp for float64, exp_ftz for float32).
-* ``to_f32(x)``: exact widening to float32 (the interpreter's bfloat16 subnormals are wrong);
-  ``widen(x, F64)``: to the compute type, float64 or float32. Every kernel widens its inputs
-  through these.
-* ``to_out(v, dtype)``: round to the output dtype to nearest-even. The Triton interpreter (3.6 to
-  3.9) truncates float32 -> bfloat16; there the rounding is done on the bits instead.
+* ``to_f32(x)``: widening to float32; ``widen(x, F64)``: to the compute type, float64 or
+  float32. Every kernel widens its inputs through these.
+* ``to_out(v, dtype)``: round to the output dtype to nearest-even.
+
+Under Triton's interpreter, bfloat16 conversions are exact only with the suite's interpreter
+patches (properties/interpreter.py, installed by its pytest plugin and replay): the stock
+interpreter (3.6 to 3.9) truncates float32 -> bfloat16 and widens subnormal bfloat16 wrongly.
 """
 import triton
 import triton.language as tl
@@ -211,14 +213,8 @@ def sum_exact32(t, big):
 
 @triton.jit
 def to_f32(x):
-    """x as float32. The Triton interpreter (3.9) converts a subnormal bfloat16 wrongly
-    (2.2e-39 became 5.9e-39, as found by test_meta's special-value grid); there the conversion
-    is done on the bits (a bfloat16 is the top half of a float32)."""
-    if _INTERPRET and x.dtype == tl.bfloat16:
-        bits = x.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-        return (bits << 16).to(tl.float32, bitcast=True)
-    else:
-        return x.to(tl.float32)
+    """x as float32 (exact)."""
+    return x.to(tl.float32)
 
 
 @triton.jit
@@ -236,13 +232,7 @@ def widen(x, F64: tl.constexpr):
 
 @triton.jit
 def to_out(v, dtype: tl.constexpr):
-    if _INTERPRET and dtype == tl.bfloat16:
-        bits = v.to(tl.float32).to(tl.int32, bitcast=True)
-        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-        rounded = tl.where(v != v, 0x7FC0, rounded)
-        return rounded.to(tl.int16).to(tl.bfloat16, bitcast=True)
-    else:
-        return v.to(dtype)
+    return v.to(dtype)
 
 
 @triton.jit

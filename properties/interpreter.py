@@ -1,28 +1,50 @@
-"""Run ``@triton.autotune`` kernels under Triton's CPU interpreter (TRITON_INTERPRET=1).
+"""Make Triton's CPU interpreter (TRITON_INTERPRET=1) behave like compiled Triton where a
+kernel's verdict depends on it. The plugin calls ``install()`` only when TRITON_INTERPRET=1; on a
+GPU nothing here is touched. Three patches, for triton 3.6 and 3.9; ``patches()`` says which are
+in place (the report header prints it). A patch whose interpreter internal is missing is left
+out, named there with the reason, and the interpreter keeps its own behaviour for it.
 
-An autotuned kernel with more than one configuration benchmarks them on its first launch per key,
-and benchmarking asks the GPU driver for a timer: under the interpreter there is none, so the
-launch dies with "0 active drivers". ``install()`` makes the autotuner take the first
-configuration that survives the kernel's own pruning (``early_config_prune``; the performance
-model is skipped, it only ranks by speed) and never benchmark. The plugin calls it only when
-TRITON_INTERPRET=1; on a GPU the autotuner is left alone.
-
-Two patches, for both triton 3.6 and 3.9:
-
-* ``Autotuner.prune_configs`` returns one configuration. triton >= 3.7 then skips benchmarking
-  (its single-config shortcut); triton 3.6 benchmarks the one configuration anyway, so
-* ``Autotuner._bench`` returns a zero timing without launching anything.
-
-The kernel then runs once, with that configuration, as on a GPU. Results under the interpreter do
-not depend on num_warps or num_stages (the interpreter has no warps), and a configuration's
-meta-parameters (e.g. BLOCK sizes) are the first one's: a bug that only another configuration
-has is left to the GPU run.
+* ``autotune``: ``@triton.autotune`` kernels. An autotuned kernel with more than one configuration
+  benchmarks them on its first launch per key, and benchmarking asks the GPU driver for a timer:
+  under the interpreter there is none, so the launch dies with "0 active drivers". The
+  autotuner takes the first configuration that survives the kernel's own pruning
+  (``early_config_prune``; the performance model is skipped, it only ranks by speed) and never
+  benchmarks: ``Autotuner.prune_configs`` returns one configuration (triton >= 3.7 then skips
+  benchmarking, its single-config shortcut) and ``Autotuner._bench`` returns a zero timing
+  without launching anything (triton 3.6 benchmarks a single configuration anyway). Results under
+  the interpreter do not depend on num_warps or num_stages (the interpreter has no warps), and a
+  configuration's meta-parameters (e.g. BLOCK sizes) are the first one's: a bug that only another
+  configuration has is left to the GPU run.
+* ``casts``: conversions to and from bfloat16, and ``tl.cast(..., fp_downcast_rounding=...)``
+  between the standard float types. The interpreter truncates float32 -> bfloat16 (``x.to``,
+  ``tl.store`` of a float32 value through a bfloat16 pointer, bfloat16 constants) where compiled
+  Triton rounds to nearest even: a softmax of three bfloat16 zeros computed in float32 stores
+  0.33203125, not 0.333984375. It also widens subnormal bfloat16 wrongly, converts float64 and
+  integers to bfloat16 as integers, and its explicit "rtz" turns a float32 overflow into NaN.
+  Patched: ``InterpreterBuilder.cast_impl`` (every implicit and ``.to`` conversion) for a
+  bfloat16 source or destination, and ``InterpreterBuilder.create_fp_to_fp`` (explicit rounding
+  modes, float16 <-> bfloat16) for float16/bfloat16/float32/float64 with "rtne" or "rtz"; every
+  other conversion (float8, float16/32/64 among themselves, which numpy already rounds to
+  nearest even) is the interpreter's own. Results are exactly IEEE: one rounding from the
+  source value (float64 reaches bfloat16 through float32 rounded to odd, which cannot round
+  twice), NaN stays NaN (quiet, sign kept), overflow gives inf (max finite under "rtz"),
+  subnormals and signed zeros are kept.
+* ``float_args``: a Python float kernel argument. Compiled Triton types it float32; the
+  interpreter passes the Python float itself, a weakly typed scalar, so ``scale * x`` of a
+  float16 ``x`` stays float16 there and becomes float32 on the GPU. ``_implicit_cvt`` (the
+  interpreter's argument binding) now hands the kernel a float32 scalar tensor, rounded to
+  nearest as the launcher rounds it. constexpr arguments stay Python values, as compiled.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
-_INSTALLED = False
+import numpy as np
+
+_PATCHES = ("autotune", "casts", "float_args")
+_STATE: dict[str, str] = {}  # patch name -> "on" or why it is off (filled by install)
+_UNDO: dict[str, list] = {}  # patch name -> [(owner, attribute, original value)]
 
 
 def interpreting() -> bool:
@@ -30,13 +52,59 @@ def interpreting() -> bool:
 
 
 def install() -> bool:
-    """Patch triton's Autotuner (idempotent). Returns True when the patch is (now) in place."""
-    global _INSTALLED
-    if _INSTALLED:
-        return True
+    """Install every patch the installed triton allows (idempotent). Returns True when all of
+    them are in place; ``patches()`` names any that is not, and why."""
+    for name in _PATCHES:
+        if name in _STATE:
+            continue
+        try:
+            _UNDO[name] = _INSTALLERS[name]()
+            _STATE[name] = "on"
+        except (ImportError, AttributeError) as e:  # an internal this triton does not have
+            _STATE[name] = f"off ({type(e).__name__}: {e})"
+    return all(s == "on" for s in _STATE.values())
+
+
+def patches() -> dict[str, str]:
+    """Each patch's state: "on", "off (why)", or "not installed" before install()."""
+    return {name: _STATE.get(name, "not installed") for name in _PATCHES}
+
+
+@contextlib.contextmanager
+def suspended(*names: str):
+    """Run with the named patches taken out (the interpreter's own behaviour), then put them back:
+    how the tests show that a check fails without its patch."""
+    unknown = [n for n in names if n not in _PATCHES]
+    if unknown:
+        raise ValueError(f"names must be among {_PATCHES}, got {unknown}")
+    off = [n for n in names if _STATE.get(n) != "on"]
+    if off:
+        raise RuntimeError(f"patches {off} are not installed: {patches()}")
+    saved = {n: [(owner, attr, getattr(owner, attr)) for owner, attr, _ in _UNDO[n]] for n in names}
+    try:
+        for n in names:
+            for owner, attr, original in _UNDO[n]:
+                setattr(owner, attr, original)
+        yield
+    finally:
+        for n in names:
+            for owner, attr, patched in saved[n]:
+                setattr(owner, attr, patched)
+
+
+def _replace(owner, attr, new) -> tuple:
+    """Set owner.attr = new; returns what undoes it. Raises AttributeError if owner has no attr."""
+    original = getattr(owner, attr)
+    new.__wrapped__ = original
+    setattr(owner, attr, new)
+    return (owner, attr, original)
+
+
+# ---- autotune ----------------------------------------------------------------------------------
+def _install_autotune() -> list:
     from triton.runtime.autotuner import Autotuner
 
-    original_prune = Autotuner.prune_configs
+    original_prune, _ = Autotuner.prune_configs, Autotuner._bench  # both present, or nothing is patched
 
     def prune_configs(self, kwargs):
         perf_model, self.perf_model = getattr(self, "perf_model", None), None
@@ -51,8 +119,107 @@ def install() -> bool:
     def _bench(self, *args, config, **meta):
         return [0.0, 0.0, 0.0]
 
-    prune_configs.__wrapped__ = original_prune
-    Autotuner.prune_configs = prune_configs
-    Autotuner._bench = _bench
-    _INSTALLED = True
-    return True
+    return [_replace(Autotuner, "prune_configs", prune_configs), _replace(Autotuner, "_bench", _bench)]
+
+
+# ---- casts -------------------------------------------------------------------------------------
+def _f32_round_to_odd(x: np.ndarray) -> np.ndarray:
+    """float64 -> float32 rounded to odd: truncated toward zero, the last bit set when inexact.
+    float32 has 16 bits more than bfloat16 at every exponent (both have 8 exponent bits), so
+    rounding this to bfloat16 gives the correctly rounded bfloat16 of x (no double rounding)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = x.astype(np.float32)
+    back = f.astype(np.float64)
+    inexact = np.isfinite(x) & (back != x)
+    bits = np.ascontiguousarray(f).view(np.uint32).copy()
+    bits[inexact & (np.abs(back) > np.abs(x))] -= np.uint32(1)  # one step toward zero (inf -> max)
+    bits[inexact] |= np.uint32(1)
+    return bits.view(np.float32)
+
+
+def _bf16_bits(values: np.ndarray) -> np.ndarray:
+    """Round to nearest even to bfloat16; returns the uint16 patterns (the interpreter holds a
+    bfloat16 tensor as them). Any float or integer numpy array."""
+    if values.dtype in (np.float16, np.float32):
+        f = values.astype(np.float32)  # exact
+    else:
+        f = _f32_round_to_odd(values.astype(np.float64))
+    bits = np.ascontiguousarray(f).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    quiet_nan = (bits >> np.uint32(16)) | np.uint32(0x0040)
+    return np.where(np.isnan(f), quiet_nan, rounded).astype(np.uint16).reshape(values.shape)
+
+
+def _bf16_values(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 patterns (uint16) as float32, exactly: a bfloat16 is the top half of a float32."""
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def _install_casts() -> list:
+    import triton.language as tl
+    from triton.runtime import interpreter as I
+
+    TensorHandle = I.TensorHandle
+    RTNE, RTZ = I._ir.ROUNDING_MODE.RTNE, I._ir.ROUNDING_MODE.RTZ
+    builder = I.InterpreterBuilder
+    original_cast, original_fp_to_fp = builder.cast_impl, builder.create_fp_to_fp
+    storage = {tl.float16: np.float16, tl.bfloat16: np.uint16, tl.float32: np.float32, tl.float64: np.float64}
+    unsigned = {np.float16: np.uint16, np.uint16: np.uint16, np.float32: np.uint32, np.float64: np.uint64}
+
+    def values_of(src):
+        return _bf16_values(src.data) if src.dtype.scalar == tl.bfloat16 else src.data
+
+    def nearest(v, dst):
+        if dst == tl.bfloat16:
+            return _bf16_bits(v)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return v.astype(storage[dst])  # numpy rounds float16/32/64 to nearest even, once
+
+    def toward_zero(v, r, dst):
+        """r (nearest) moved one step toward zero where it is farther from zero than v."""
+        back = _bf16_values(r) if dst == tl.bfloat16 else r
+        with np.errstate(invalid="ignore"):
+            over = np.abs(back.astype(np.float64)) > np.abs(v.astype(np.float64))
+        bits = np.ascontiguousarray(r).view(unsigned[storage[dst]]).copy()
+        bits[over] -= bits.dtype.type(1)  # inf -> max finite, a nonzero magnitude -> the next below
+        return bits.view(r.dtype).reshape(r.shape)
+
+    def cast_impl(self, src, dst_type):
+        s, d = src.dtype.scalar, dst_type.scalar
+        if s == d or tl.bfloat16 not in (s, d) or (s == tl.bfloat16 and src.data.dtype != np.uint16):
+            return original_cast(self, src, dst_type)
+        if d == tl.bfloat16:
+            return TensorHandle(_bf16_bits(src.data), d)
+        return original_cast(self, TensorHandle(_bf16_values(src.data), tl.float32), dst_type)
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        s, d = src.dtype.scalar, dst_type.scalar
+        if s not in storage or d not in storage or rounding_mode not in (RTNE, RTZ) or src.data.dtype != storage[s]:
+            return original_fp_to_fp(self, src, dst_type, rounding_mode)
+        v = values_of(src)
+        r = nearest(v, d)
+        if rounding_mode == RTZ:
+            r = toward_zero(v, r, d)
+        return TensorHandle(r, d)
+
+    return [_replace(builder, "cast_impl", cast_impl), _replace(builder, "create_fp_to_fp", create_fp_to_fp)]
+
+
+# ---- float arguments ---------------------------------------------------------------------------
+def _install_float_args() -> list:
+    import triton.language as tl
+    from triton.runtime import interpreter as I
+
+    TensorHandle, original = I.TensorHandle, I._implicit_cvt
+
+    def _implicit_cvt(arg):
+        if isinstance(arg, float):
+            with np.errstate(over="ignore"):
+                handle = TensorHandle(np.array([arg], dtype=np.float32), tl.float32)
+            return tl.tensor(handle, tl.float32)
+        return original(arg)
+
+    return [_replace(I, "_implicit_cvt", _implicit_cvt)]
+
+
+_INSTALLERS = {"autotune": _install_autotune, "casts": _install_casts, "float_args": _install_float_args}

@@ -122,7 +122,7 @@ def pytest_configure(config):
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("gpu" if torch.cuda.is_available() else "ci")
     from . import interpreter
-    if interpreter.interpreting():  # autotuned third-party kernels take their first config, no benchmark
+    if interpreter.interpreting():  # compiled Triton's autotune, 16-bit rounding and float32 scalar arguments
         interpreter.install()
     prof = _profile_name(config)
     S.set_limits(LIMITS.get(prof, LIMITS["dev"]))
@@ -206,7 +206,14 @@ def pytest_report_header(config):
     for f in left:  # a pending file is removed when its test ends: this one's process died during a check
         path = os.path.relpath(os.path.join(where, f))
         lines.append(f"softmax-properties: a run died while checking the case in {path}: python -m properties.replay {path}")
-    return lines
+    return lines + _interpreter_header()
+
+
+def _interpreter_header() -> list:
+    from . import interpreter
+    if not interpreter.interpreting():
+        return []
+    return ["interpreter patches: " + " ".join(f"{k}={v}" for k, v in interpreter.patches().items())]
 
 
 @pytest.fixture(scope="session")
