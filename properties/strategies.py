@@ -845,8 +845,7 @@ def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False, 
     """A CECase for op_name ("cross_entropy" or "cross_entropy_backward"). Logits come from the
     same families, row lengths (every kernel block boundary +-1, so the looped and split paths and
     whole -inf tiles are reached) and layouts as the softmax ops; V >= 1, the batch may be empty.
-    families=("confident",) draws bfloat16 rows whose target logit dominates (eps = 0);
-    families=(MASKED_CHUNKS,) rows past 2**k with whole -inf chunks (masked_chunks_input).
+    families=("confident",) draws bfloat16 rows whose target logit dominates (eps = 0).
     many_rows: thousands of rows of V in MANY_ROW_COLS (many_row_logits), targets a repeated
     pattern (ce_target_pattern), reduction "mean" half the time (a mean over many rows)."""
     from .case import CECase
@@ -863,13 +862,6 @@ def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False, 
         dl = draw(dlosses(reduction), label="dloss") if op_name == "cross_entropy_backward" else None
         return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl)
     families = families or FAMILIES
-    if MASKED_CHUNKS in families:
-        dtype = draw(dtypes(), label="dtype")
-        inp = draw(masked_chunks_input(dtype), label="logits")
-        ignore_index, reduction, eps = draw(ce_options(), label="options")
-        targets = draw(ce_targets(inp.logits.rows, inp.logits.cols, ignore_index), label="target")
-        dl = draw(dlosses(reduction), label="dloss") if op_name == "cross_entropy_backward" else None
-        return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl)
     confident = CONFIDENT in families
     invalid_target = invalid_target or OUT_OF_RANGE in families
     dtype = torch.bfloat16 if confident else draw(dtypes(), label="dtype")
