@@ -35,6 +35,15 @@ _INTS = ["n_rows", "n_states", "n_cols", "n1", "so0", "so1", "sos", "sl0", "sl1"
 _PTRS = ["O", "LSE", "OUT", "LO"]
 
 
+@triton.jit
+def _weighted(lv, x, fin, ms, inv, F64: tl.constexpr):
+    """w x for one state's tile, w = exp(lse - M) / D; 0 where the state is empty (a select: the
+    values of an empty state never enter the arithmetic)."""
+    live = fin & (lv > float("-inf"))  # NaN compares False
+    w = tl.where(live, tl.exp(tl.where(live, lv, 0.0) - ms) * inv, 0.0)
+    return tl.where(live[:, None], w[:, None] * widen(x, F64), 0.0)
+
+
 @triton.jit(do_not_specialize=_INTS, do_not_specialize_on_alignment=_INTS + _PTRS)
 def _merge_states_kernel(
     O, LSE, OUT, LO,
@@ -46,9 +55,9 @@ def _merge_states_kernel(
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < n_rows
     lrow = LSE + _row_off(rows, n1, sl0, sl1, TWO_AXES)
-    # M: the largest lse that is not NaN (a NaN lse is flagged instead); -inf when all are empty
     # every state is reached by stepping a pointer (64-bit) rather than by s * stride, which
-    # overflows 32 bits where the states axis is outermost in memory
+    # overflows 32 bits where the states axis is outermost in memory.
+    # M: the largest lse that is not NaN (a NaN lse is flagged instead); -inf when all are empty
     m = tl.full([BLOCK_R], float("-inf"), CT)
     has_nan = tl.zeros([BLOCK_R], tl.int32)
     lp = lrow
@@ -73,7 +82,7 @@ def _merge_states_kernel(
     tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
     inv = 1.0 / den1
     poison = nan_in | (m == float("inf"))
-    orow = (O + _row_off(rows, n1, so0, so1, TWO_AXES))[:, None]
+    orow = _row_off(rows, n1, so0, so1, TWO_AXES)[:, None]
     dst = (OUT + _row_off(rows, n1, sout0, sout1, TWO_AXES))[:, None]
     for start in range(0, n_cols, BLOCK_D):
         cols = (start + tl.arange(0, BLOCK_D))[None, :]
@@ -82,20 +91,35 @@ def _merge_states_kernel(
             mask = tl.max_constancy(mask, [1, 16])
         acc = tl.zeros([BLOCK_R, BLOCK_D], CT)
         lp = lrow
-        op = orow
-        for s in range(0, n_states):
-            lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
-            live = fin & (lv > float("-inf"))
-            w = tl.where(live, tl.exp(tl.where(live, lv, 0.0) - ms) * inv, 0.0)
-            src = op + cols
-            lp += sls
-            op += sos
+        ooff = orow + cols  # element offsets of state 0's tile; state s adds s * sos, stepped in 64 bits
+        step = tl.zeros([], tl.int64)
+        # two states per iteration, both tiles loaded before either is used (as attention_merge
+        # reads its two states): twice the loads in flight per warp of a one-state loop. An empty
+        # state's values are read too (a load masked by its lse would wait for the lse) and then
+        # dropped by the select in _weighted, so NaN there never reaches the sum. The vector hints
+        # are made at each load: the stepped pointer itself carries no alignment
+        for _ in range(0, n_states // 2):
+            la = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+            lb = tl.load(lp + sls, mask=rmask, other=float("-inf")).to(CT)
+            pa = O + (ooff + step)
+            pb = O + (ooff + (step + sos))
             if VEC:
-                src = tl.max_contiguous(tl.multiple_of(src, [1, 16]), [1, 16])
-            # an empty state's values are read (a load masked by its lse would wait for the lse)
-            # and then dropped by the select, so NaN there never reaches the sum
-            x = tl.load(src, mask=mask, other=0.0)
-            acc += tl.where(live[:, None], w[:, None] * widen(x, F64), 0.0)
+                pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
+                pb = tl.max_contiguous(tl.multiple_of(pb, [1, 16]), [1, 16])
+            xa = tl.load(pa, mask=mask, other=0.0)
+            xb = tl.load(pb, mask=mask, other=0.0)
+            acc += _weighted(la, xa, fin, ms, inv, F64) + _weighted(lb, xb, fin, ms, inv, F64)
+            lp += sls
+            lp += sls
+            step += sos
+            step += sos
+        if n_states % 2:
+            la = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+            pa = O + (ooff + step)
+            if VEC:
+                pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
+            xa = tl.load(pa, mask=mask, other=0.0)
+            acc += _weighted(la, xa, fin, ms, inv, F64)
         v = tl.where(poison[:, None], float("nan"), acc)  # all empty: acc stayed 0
         out = dst + cols
         if VEC:
