@@ -1,4 +1,4 @@
-"""Benchmark cases for the merges (softmax_merge, attention_merge), for benchmarks/bench.py.
+"""Benchmark cases for the merges (softmax_merge, attention_merge, merge_states), for benchmarks/bench.py.
 
 ``cases(quick)`` yields one dict per case: op, pass_ ("fwd"), dtype (str), D (row length: Dv,
 or Da + Db), N (rows), nbytes (model bytes), impls (name -> zero-arg callable): "ours" (kernels), "torch"
@@ -7,8 +7,11 @@ or Da + Db), N (rows), nbytes (model bytes), impls (name -> zero-arg callable): 
 inputs and outputs; tensors are freed when the generator moves on.
 
 Model bytes: attention_merge 3 * numel(o) * s (read o_a and o_b, write o; the lse vectors, 1/Dv of
-that, are not counted); softmax_merge 2 * numel(p) * s (read p_a and p_b, together numel(p),
-write p).
+that, are not counted); softmax_merge 2 * numel(p) * s (read p_a and
+p_b, together numel(p), write p); merge_states N ((S + 1) Dv s + 4 (S + 1)) (read the S states'
+values and lse, write o and lse; the lse counted, since S lse per row against S * Dv values is
+not negligible at small Dv). Its eager formula is the max-subtracted N-way merge, its D column
+is Dv and the case name carries S.
 """
 from __future__ import annotations
 
@@ -34,6 +37,16 @@ def eager_softmax_merge(p_a, lse_a, p_b, lse_b):
     qb = p_b.float() / (1 + torch.exp(lse_a - lse_b))[..., None]
     lse = lse_a + torch.log(1 + torch.exp(lse_b - lse_a))
     return torch.cat([qa, qb], -1).to(p_a.dtype), lse
+
+
+def eager_merge_states(o, lse):
+    """The N-way merge in float32 (no -inf handling: the benchmark's states are all live), the
+    result cast back to o's dtype."""
+    m = lse.amax(-1, keepdim=True)
+    w = torch.exp(lse - m)
+    den = w.sum(-1, keepdim=True)
+    out = ((w / den)[..., None] * o.float()).sum(-2)
+    return out.to(o.dtype), (m + torch.log(den))[..., 0]
 
 
 def _compiled(fn, args):
@@ -72,6 +85,21 @@ def cases(quick: bool, impls_wanted=("ours", "torch", "compile")):
         yield dict(op="attention_merge", pass_="fwd", dtype=str(dtype).replace("torch.", ""), D=D, N=N,
                    nbytes=3 * N * D * s, impls=_impls(kernels.attention_merge, eager_attention_merge, args, impls_wanted))
         del o_a, o_b, lse_a, lse_b, args
+        torch.cuda.empty_cache()
+    # merge_states: (dtype, rows, S, Dv): split-KV decode (many splits) and cascade (two or three)
+    states = [(torch.bfloat16, 2**18, 8, 128), (torch.float32, 2**17, 4, 128)]
+    if not quick:
+        states += [(torch.bfloat16, 2**20, 2, 128), (torch.bfloat16, 2**17, 16, 128), (torch.float16, 2**18, 3, 64),
+                   (torch.bfloat16, 2**16, 8, 512)]
+    for dtype, N, S, D in states:
+        s = dtype.itemsize
+        o = torch.randn(N, S, D, device=dev, dtype=dtype)
+        lse = torch.randn(N, S, device=dev) * 4
+        args = (o, lse)
+        yield dict(op=f"merge_states_S{S}", pass_="fwd", dtype=str(dtype).replace("torch.", ""), D=D, N=N,
+                   nbytes=N * ((S + 1) * D * s + 4 * (S + 1)),
+                   impls=_impls(kernels.merge_states, eager_merge_states, args, impls_wanted))
+        del o, lse, args
         torch.cuda.empty_cache()
     for dtype, N, D in smax:
         s = dtype.itemsize

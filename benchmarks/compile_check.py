@@ -155,3 +155,19 @@ for dt in ("bf16", "fp16", "fp32"):
             print("bwd_loop ok", dt, op)
         except Exception as e:
             print("bwd_loop FAIL", dt, op, str(e)[-1500:]); raise SystemExit(1)
+
+# merge_states (kernels/_merge_states.py): every dtype, tiles of one long and of many short rows,
+# one and two batch axes, with and without 16-byte vectors
+from kernels import _merge_states as MS
+for dt in ("bf16", "fp16", "fp32", "fp64"):
+    for BR, BD, two, vec in ((8, 128, False, True), (1, 1024, True, True), (64, 16, True, False)):
+        s = {"O": f"*{dt}", "LSE": f"*{_LSE[dt]}", "OUT": f"*{dt}", "LO": f"*{_LSE[dt]}",
+             "n_rows": "i32", "n_states": "i32", "n_cols": "i32", "n1": "i32", "so0": "i64", "so1": "i64", "sos": "i64",
+             "sl0": "i64", "sl1": "i64", "sls": "i64", "sout0": "i64", "sout1": "i64", "slo0": "i64", "slo1": "i64",
+             "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"F64": dt == "fp64", "TWO_AXES": two, "VEC": vec, "BLOCK_R": BR, "BLOCK_D": BD}
+        try:
+            triton.compile(ASTSource(MS._merge_states_kernel, s, c), target=tgt, options={"num_warps": 4})
+            print("merge_states ok", dt, BR, BD, two, vec)
+        except Exception as e:
+            print("merge_states FAIL", dt, BR, BD, two, vec, str(e)[-1500:]); raise SystemExit(1)

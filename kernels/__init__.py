@@ -3,7 +3,8 @@
 Every function reduces along ``dim`` (default -1) of a float16/bfloat16/float32/float64 tensor of
 any shape and strides, and returns a freshly allocated contiguous tensor. ``softmax_merge`` and
 ``attention_merge`` merge two (softmax or attention output, logsumexp) states of column chunks
-(kernels/_merge.py). The forward ops are
+(kernels/_merge.py), ``merge_states`` merges S attention states at once (kernels/_merge_states.py).
+The forward ops are
 differentiable (torch.library custom ops with autograd, usable under torch.compile); the
 ``*_backward`` functions are explicit VJPs.
 """
@@ -15,6 +16,7 @@ from . import _softmax as _k
 from .library import log_softmax_op, logsumexp_op, softmax_op
 from ._softmax import log_softmax_backward, softmax_backward
 from ._merge import attention_merge, softmax_merge
+from ._merge_states import merge_states
 from . import _cross_entropy as _ce
 from .library import CrossEntropyFunction, cross_entropy_backward_op, cross_entropy_op
 
@@ -77,6 +79,6 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index: int = -100, r
 __all__ = [
     "cross_entropy", "cross_entropy_backward",
     "softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "logsumexp",
-    "softmax_merge", "attention_merge",
+    "softmax_merge", "attention_merge", "merge_states",
     "block_boundaries", "compiled_kernel_count", "interpreting", "max_block", "SUITE_REFUSALS",
 ]

@@ -407,7 +407,12 @@ class CEConfig:
     def __init__(self, n_rows: int, V: int, dtype: torch.dtype, device):
         tile = max_tile(dtype)
         self.block = min(tile, max(16, triton.next_power_of_2(V)))
-        self.block_r = max(1, min(64, tile // self.block))
+        # rows per program: up to 64 in a tile of `tile` elements; under the interpreter tiles of
+        # short rows hold 1024 elements (its time goes per program, and batches of thousands of
+        # short rows are checked), while rows of a whole tile or more keep one row per program,
+        # so CPU runs still reach the looped and split paths
+        rows_tile = 1024 if L.interpreting() and self.block < tile else tile
+        self.block_r = max(1, min(64, rows_tile // self.block))
         tiles = triton.cdiv(V, self.block)
         want = _programs_wanted(torch.device(device))
         chunks = 1

@@ -444,10 +444,11 @@ def note_variant(kernel: str, **constexprs) -> None:
 def compiled_kernel_count() -> int:
     """Kernels Triton actually compiled in this process (0 under the interpreter)."""
     from . import _merge as _m
+    from . import _merge_states as _ms
     from . import _softmax as _s
 
     total = 0
-    for fn in _s.JIT_KERNELS + _m.JIT_KERNELS:
+    for fn in _s.JIT_KERNELS + _m.JIT_KERNELS + _ms.JIT_KERNELS:
         caches = getattr(fn, "device_caches", None)
         if caches is None:
             continue

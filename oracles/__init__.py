@@ -5,12 +5,12 @@ from .reference import (
 )
 from .mp import mp_log_softmax, mp_logsumexp, mp_softmax
 from .semantics import CE_SEMANTICS, MERGE_SEMANTICS, SEMANTICS
-from .merge import attention, attention_abs, attention_merge, merge_weights, softmax_merge
+from .merge import attention, attention_abs, attention_merge, merge_states, merge_weights, softmax_merge
 from . import cross_entropy as ce
 
 __all__ = [
     "softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward", "row_stats",
     "fd_grad", "mp_softmax", "mp_log_softmax", "mp_logsumexp", "SEMANTICS",
-    "MERGE_SEMANTICS", "softmax_merge", "attention_merge", "attention", "attention_abs", "merge_weights",
+    "MERGE_SEMANTICS", "softmax_merge", "attention_merge", "merge_states", "attention", "attention_abs", "merge_weights",
     "ce", "CE_SEMANTICS",
 ]

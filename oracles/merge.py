@@ -61,6 +61,30 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return torch.where(poison[..., None], _NAN, o), lse
 
 
+def merge_states(o, lse):
+    """N-way merge of S states at once (cascade / split-KV attention): o (..., S, Dv), lse (..., S)
+    -> (o (..., Dv), lse (...)) with lse = log sum_s exp(lse_s) and o = sum_s exp(lse_s - lse) o_s,
+    the max-subtracted form. The same rules as attention_merge, for any S: an empty state
+    (lse = -inf) is never read; all empty (or S = 0) gives o = 0, lse = -inf; a NaN lse poisons the
+    row (NaN o, lse NaN; NaN beats +inf), else a +inf lse gives NaN o and lse = +inf."""
+    x, l = _f64(o), _f64(lse)
+    if l.shape[-1] == 0:
+        return x.sum(-2), torch.full(l.shape[:-1], -_INF, dtype=torch.float64, device=l.device)
+    nan = torch.isnan(l).any(-1)
+    M = torch.where(torch.isnan(l), -_INF, l).amax(-1)
+    fin = torch.isfinite(M)
+    Ms = torch.where(fin, M, 0.0)
+    live = (l > -_INF) & fin[..., None]  # NaN compares False
+    e = torch.where(live, torch.exp(l - Ms[..., None]), 0.0)
+    s = torch.where(fin, e.sum(-1), 1.0)
+    w = e / s[..., None]
+    out = torch.where(live[..., None], w[..., None] * x, 0.0).sum(-2)
+    lse_out = torch.where(fin, Ms + torch.log(s), M)
+    lse_out = torch.where(nan, _NAN, lse_out)
+    out = torch.where((nan | (M == _INF))[..., None], _NAN, out)
+    return out, lse_out
+
+
 def attention(scores: torch.Tensor, v: torch.Tensor):
     """One-shot attention of each row over all its keys: scores (..., N), v (..., N, Dv) ->
     (o (..., Dv), lse (...)), o = softmax(scores) @ v. A fully masked row (all -inf, or no keys)

@@ -10,8 +10,11 @@ Every check receives ``case`` (a drawn Case) and ``target`` (the module under te
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
+import warnings
+import zlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -22,10 +25,10 @@ from hypothesis import assume, reject
 import oracles
 
 from . import tolerances as T
-from .case import TIER_OF, Case, fail, tree_code, tree_depth, tree_leaves
+from .case import TIER_OF, Case, CECase, MergeCase, StatesCase, fail, tree_code, tree_depth, tree_leaves
 from .failures import WrongOutput
 from .ops import OPS
-from .strategies import GRID_SHIFT
+from .strategies import GRID_SHIFT, MANY_ROWS, MASKED_CHUNKS
 
 FORWARD = ("softmax", "log_softmax", "logsumexp")
 VJP = ("softmax_backward", "log_softmax_backward")
@@ -266,14 +269,22 @@ def matches_oracle(case: Case, target, strict=False):
     by 1.4x at D = 4097 and 3.4x at 65536, ordinary accumulation error, not a bug).
     strict (matches_oracle_strict): the bound at the project's reduction depth (tolerances.depth)
     on every row, cotangents near finfo.max included (an overflow-free VJP)."""
+    check_oracle("matches_oracle_strict" if strict else "matches_oracle", case, target, strict=strict)
+
+
+def check_oracle(name, case, target, poisoned=False, strict=False):
+    """matches_oracle's check under another law's name (poisoned: under NaN-poisoned
+    allocations, so that an output element never written reads NaN; strict: the strict tier's
+    bound on every row)."""
     args = case.tensors(target.device)
-    out = run(target, case.op, *args)
+    with poisoned_allocations() if poisoned else contextlib.nullcontext():
+        out = run(target, case.op, *args)
     ref, tol = truth(case.op, case.dtype, args, T.depth if strict else T.depth_any)
     if not strict:
         _record(case, target, args, out, ref, tol)
     rows = vjp_rows(case, args, strict)
-    assert_close("matches_oracle_strict" if strict else "matches_oracle", case, target, out, ref, tol,
-                 "differs from the FP64 oracle", only=None if rows is None else rows[..., None])
+    assert_close(name, case, target, out, ref, tol, "differs from the FP64 oracle",
+                 only=None if rows is None else rows[..., None])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1065,6 +1076,179 @@ def merge_row_independence(case, target, strict=False):
 
 
 # ==============================================================================================
+# N-way merges: merge_states(o, lse), o (..., S, Dv), lse (..., S) (cases are StatesCase, case.py)
+# ==============================================================================================
+STATES = ("merge_states",)
+
+
+def _states_truth(case, o, lse):
+    """The FP64 N-way merge of the actual states (oracles.merge_states) and its bounds: the
+    chunked-merge bounds (tolerances.merge_value_bound / merge_lse_bound) at depth
+    H = max(S - 1, 1) with exact inputs, i.e. those of a fold of S - 1 binary merges. They cover
+    a one-pass N-way merge as well: its weights exp(lse_s - M) / D are off by at most
+    u (2 Lam + 2.4 S + 9) relative (the exponent's rounding, exp, the sum D of S terms, the
+    division, S products and adds), within (S - 1) u (6 Lam + 36) for S >= 2, and its lse by
+    u (Lam + 1.4 S + 3 + 4 log S), within (S - 1) u (2 Lam + 12); for S = 1 both are exact.
+    Returns (x_ref, lse_ref, tol_x, tol_lse)."""
+    x_ref, l_ref = oracles.merge_states(o, lse)
+    mag, _ = oracles.merge_states(o.double().abs(), lse)  # sum of w |o|
+    l64 = lse.double()
+    lam = torch.maximum(torch.where(torch.isfinite(l_ref), l_ref.abs(), 0.0),
+                        torch.where(torch.isfinite(l64), l64.abs(), 0.0).amax(-1))
+    H = max(lse.shape[-1] - 1, 1)
+    eps_x = T.merge_value_bound(case.dtype, H, lam[..., None], mag, leaves=False)
+    eps_l = T.merge_lse_bound(case.dtype, H, lam, leaves=False)
+    return (x_ref, l_ref, T.total_tolerance(eps_x, x_ref, case.dtype, case.dtype),
+            T.total_tolerance(eps_l, l_ref, _lse_dtype(case.dtype), case.dtype))
+
+
+def _states_close(name, case, target, got, want, tol_x, tol_l, what, call):
+    """got against want (two (o, lse) pairs) within (tol_x, tol_l), NaN patterns exactly."""
+    _state_ok(name, case, target, got, want, what, call)
+    _close(name, case, target, got[0], want[0].double(), tol_x, case.dtype, what, "o", call)
+    _close(name, case, target, got[1], want[1].double(), tol_l, _lse_dtype(case.dtype), what, "lse", call)
+
+
+@invariant(*STATES)
+def merge_states_matches_one_shot(case, target):
+    """merge_states of a row's chunk states (stacked along S in any order; empty, masked and
+    extreme-lse states: lse from -finfo.max to +finfo.max through the case's lse_shift) equals the
+    one-shot FP64 attention over all the row's keys, the softmax-weighted sum of the values,
+    within the chunked-merge bounds at depth max(S - 1, 1) (the bound of a left fold over the S
+    states, which covers a one-pass merge: see _states_truth), under NaN-poisoned allocations.
+    Tier default: a wrong merged output or lse is a bug for any user of split-KV attention."""
+    o, lse = case.stacked(target.device)
+    with poisoned_allocations():
+        out = run(target, "merge_states", o, lse)
+    check_one_shot("merge_states_matches_one_shot", case, target, out, case.order, max(len(case.order) - 1, 1))
+
+
+@invariant(*STATES)
+def merge_states_is_fold_of_attention_merge(case, target):
+    """merge_states(o, lse) equals the left fold attention_merge(...attention_merge(s_0, s_1)...,
+    s_{S-1}) of the same states: with the target's own attention_merge when it has one (each side
+    within the bound of a fold of S - 1 merges of the FP64 merge of these inputs, so the two within
+    twice that), else the FP64 fold (oracles.merge_states: within the bound once). Unlike the
+    one-shot law, the reference is the merge of the actual rounded states, so the bound holds no
+    term for their rounding. Tier default: the N-way merge must mean what its binary steps mean."""
+    o, lse = case.stacked(target.device)
+    out = run(target, "merge_states", o, lse)
+    x_ref, l_ref, tol_x, tol_l = _states_truth(case, o, lse)
+    S = lse.shape[-1]
+    if target.has("attention_merge"):
+        fold = (o[..., 0, :], lse[..., 0])
+        for s in range(1, S):
+            fold = tuple(run(target, "attention_merge", *fold, o[..., s, :], lse[..., s]))
+        tol_x, tol_l = 2 * tol_x, 2 * tol_l
+        call = ("fold = o[..., 0, :], lse[..., 0]\n"
+                f"for s in range(1, {S}):\n    fold = target.attention_merge(*fold, o[..., s, :], lse[..., s])\n"
+                "out = target.merge_states(o, lse), fold")
+    else:
+        fold = (x_ref, l_ref)
+        call = "out = target.merge_states(o, lse)  # vs the FP64 fold of attention_merge over the states"
+    _states_close("merge_states_is_fold_of_attention_merge", case, target, out, fold, tol_x, tol_l,
+                  "merge_states differs from the fold of attention_merge over its states", call)
+
+
+@invariant(*STATES)
+def merge_states_permutation_invariant(case, target):
+    """merge_states(o[..., p, :], lse[..., p]) == merge_states(o, lse) for a reversal-and-rotation
+    p of the S states, each within its bound of the FP64 merge of these states (the order of a
+    kernel's sum may follow S), so the two within twice it; NaN patterns exactly. Tier default: the
+    states of split-KV attention come in whatever order the splits finish."""
+    o, lse = case.stacked(target.device)
+    S = lse.shape[-1]
+    assume(S >= 2)
+    p = torch.roll(torch.arange(S - 1, -1, -1, device=o.device), S // 3)
+    a = run(target, "merge_states", o, lse)
+    b = run(target, "merge_states", o[..., p, :], lse[..., p])
+    _, _, tol_x, tol_l = _states_truth(case, o, lse)
+    _states_close("merge_states_permutation_invariant", case, target, b, a, 2 * tol_x, 2 * tol_l,
+                  "permuting the states changed the merge",
+                  "p = ...  # the states reversed then rolled by S // 3\n"
+                  "out = target.merge_states(o[..., p, :], lse[..., p]), target.merge_states(o, lse)")
+
+
+def _insert_empty(o, lse, value):
+    """o and lse with empty states (lse = -inf, values `value`) inserted: two first, one in the
+    middle and one last."""
+    S = lse.shape[-1]
+    eo = torch.full((*o.shape[:-2], 1, o.shape[-1]), value, dtype=o.dtype, device=o.device)
+    el = torch.full((*lse.shape[:-1], 1), -math.inf, dtype=lse.dtype, device=lse.device)
+    k = S // 2
+    return (torch.cat([eo, eo, o[..., :k, :], eo, o[..., k:, :], eo], -2),
+            torch.cat([el, el, lse[..., :k], el, lse[..., k:], el], -1))
+
+
+@invariant(*STATES)
+def merge_states_empty_states_are_identities(case, target):
+    """Empty states (lse = -inf) contribute nothing: with empty states inserted (two first, one in
+    the middle, one last; values 0, or a finite garbage value of the case) the merge equals that
+    of the others, each within its bound of the FP64 merge (a kernel's summation order may depend
+    on S, so not bitwise); NaN patterns exactly. And rows whose states are all empty give o = 0 and
+    lse = -inf exactly, whatever finite values the states hold. Tier default: causal and
+    split-KV attention merge fully masked splits all the time."""
+    o, lse = case.stacked(target.device)
+    g = next((v for _, v in case.garbage), 0.0)
+    o2, l2 = _insert_empty(o, lse, g)
+    a = run(target, "merge_states", o, lse)
+    b = run(target, "merge_states", o2, l2)
+    _, _, tol_xa, tol_la = _states_truth(case, o, lse)
+    _, _, tol_xb, tol_lb = _states_truth(case, o2, l2)
+    _states_close("merge_states_empty_states_are_identities", case, target, b, a, tol_xa + tol_xb, tol_la + tol_lb,
+                  "inserting empty states changed the merge",
+                  f"e_o, e_lse = torch.full_like(o[..., :1, :], {g!r}), torch.full_like(lse[..., :1], -inf)\n"
+                  f"k = o.shape[-2] // 2\n"
+                  "o2 = torch.cat([e_o, e_o, o[..., :k, :], e_o, o[..., k:, :], e_o], -2)\n"
+                  "lse2 = torch.cat([e_lse, e_lse, lse[..., :k], e_lse, lse[..., k:], e_lse], -1)\n"
+                  "out = target.merge_states(o2, lse2), target.merge_states(o, lse)")
+    ones = torch.ones_like(o) if o.shape[-1] else o
+    le = torch.full_like(lse, -math.inf)
+    out = run(target, "merge_states", ones, le)
+    call = "out = target.merge_states(torch.ones_like(o), torch.full_like(lse, -inf))"
+    zero = torch.zeros((*o.shape[:-2], o.shape[-1]), dtype=torch.float64, device=o.device)
+    _state_ok("merge_states_empty_states_are_identities", case, target, out,
+              (zero, torch.full(le.shape[:-1], -math.inf, dtype=torch.float64, device=o.device)), "all empty", call)
+    for got, want, nm in ((out[0], 0.0, "o"), (out[1], -math.inf, "lse")):
+        bad = ~(got.double() == want)
+        if bool(bad.any()):
+            i = worst(bad, torch.ones_like(got, dtype=torch.float64))
+            fail("merge_states_empty_states_are_identities", case, target,
+                 f"all states empty: {nm} is not {want} ({int(bad.sum())} elements)", i, want, got[i], call=call, out_name=nm)
+
+
+@invariant(*STATES, tier="strict")
+def merge_states_empty_garbage_ignored(case, target):
+    """An empty state's values are never read: with one more empty state up front, the values of
+    every empty state replaced by NaN, +inf, -inf and finfo.max give bitwise the same (o, lse) as
+    with the values they held, signs of zeros included (a merge that selects the live states
+    computes exactly the same thing; one that multiplies by the zero weight gets 0 * NaN = NaN).
+    Tier strict: the contract leaves an empty state's o unspecified, and attention libraries that
+    store empty states as zeros never put NaN there, so this is a robustness guarantee beyond the
+    default contract."""
+    o, lse = case.stacked(target.device)
+    o1, l1 = _insert_empty(o, lse, 0.0)
+    o1, l1 = o1[..., 1:, :], l1[..., 1:]  # one leading empty state is enough here
+    empty = (l1 == -math.inf)[..., None].expand(o1.shape)
+    junk = torch.tensor([math.nan, math.inf, -math.inf, torch.finfo(case.dtype).max], dtype=o1.dtype, device=o1.device)
+    idx = torch.arange(o1.numel(), device=o1.device).reshape(o1.shape) % 4
+    o2 = torch.where(empty, junk[idx], o1)
+    a = run(target, "merge_states", o1, l1)
+    b = run(target, "merge_states", o2, l1)
+    call = ("o1, lse1 = ...  # the states with an empty one up front\n"
+            "o2 = torch.where((lse1 == -inf)[..., None], junk, o1)  # nan/inf/-inf/max in every empty state\n"
+            "out = target.merge_states(o2, lse1), target.merge_states(o1, lse1)")
+    _state_ok("merge_states_empty_garbage_ignored", case, target, b, (a[0], a[1]), "garbage states", call)
+    for i_, nm in ((0, "o"), (1, "lse")):
+        bad = ~_bits_equal(b[i_], a[i_])
+        if bool(bad.any()):
+            j = worst(bad, torch.ones_like(a[i_], dtype=torch.float64))
+            fail("merge_states_empty_garbage_ignored", case, target,
+                 f"garbage in empty states changed {nm} ({int(bad.sum())} elements differ bitwise)", j, a[i_][j],
+                 b[i_][j], call=call, out_name=nm)
+
+
+# ==============================================================================================
 # cross-entropy (ops "cross_entropy" and "cross_entropy_backward", drawn as CECase: logits,
 # class-index targets, options, and for the backward the cotangent dloss). Every target call
 # passes the case's keyword options (ignore_index, reduction, label_smoothing).
@@ -1198,9 +1382,15 @@ def ce_matches_oracle(case, target, strict=False):
     order, on the outputs ce_default_mask covers; strict (ce_matches_oracle_strict): the bound at
     the project's reduction depth on every output (an exactly zero gradient on ignored rows
     holding NaN / inf; an overflow-free mean)."""
-    name = "ce_matches_oracle_strict" if strict else "ce_matches_oracle"
+    ce_check_oracle("ce_matches_oracle_strict" if strict else "ce_matches_oracle", case, target, strict=strict)
+
+
+def ce_check_oracle(name, case, target, poisoned=False, strict=False):
+    """ce_matches_oracle's check under another law's name (poisoned: under NaN-poisoned
+    allocations; strict: the strict tier's bound on every output)."""
     args = case.tensors(target.device)
-    out = ce_run(case, target, *args)
+    with poisoned_allocations() if poisoned else contextlib.nullcontext():
+        out = ce_run(case, target, *args)
     ref, tol = ce_truth(case, args, depth=T.depth if strict else T.depth_any, strict=strict)
     _ce_shape(name, case, target, out, ref.shape)
     if getattr(target, "record", True) and not strict:
@@ -1488,3 +1678,154 @@ def ce_out_of_range_target_raises(case, target, strict=False):
         return
     fail(name, case, target,
          f"an out-of-range target returned a result instead of raising: {out if out.numel() <= 4 else out.shape}")
+
+
+# ==============================================================================================
+# many rows, masked chunks, and autograd composition: laws that span the op families
+# ==============================================================================================
+@invariant(*ALL, *MERGES, *STATES, *CE, families=(MANY_ROWS,))
+def many_rows_match_oracle(case, target):
+    """Thousands of short rows (2**k and 2**k +- 1 rows up to the profile's element budget, rows
+    of 1 to 32 elements: strategies.many_rows_cases) match the FP64 oracle within the same bounds
+    as few rows do (each op's oracle law: matches_oracle, merge_tree_matches_one_shot,
+    merge_states_matches_one_shot, ce_matches_oracle), under NaN-poisoned allocations. A kernel
+    that tiles rows per program and miscounts its programs leaves tail rows unwritten (NaN) or
+    drops them from a mean; a reduction whose per-row terms are stored in a 16-bit dtype loses
+    them when there are many (each term is loss / N). The cross-entropy cases draw "mean" half the
+    time, and rows that repeat one pattern, so that an error made alike in every row adds up.
+    Tier default: batches of thousands of rows are the common case of every op."""
+    if isinstance(case, StatesCase):
+        o, lse = case.stacked(target.device)
+        with poisoned_allocations():
+            out = run(target, "merge_states", o, lse)
+        check_one_shot("many_rows_match_oracle", case, target, out, case.order, max(len(case.order) - 1, 1))
+    elif isinstance(case, MergeCase):
+        with poisoned_allocations():
+            out = case.run_tree(lambda *a: run(target, case.op, *a), target.device)
+        check_one_shot("many_rows_match_oracle", case, target, out, tree_leaves(case.tree), tree_depth(case.tree))
+    elif isinstance(case, CECase):
+        ce_check_oracle("many_rows_match_oracle", case, target, poisoned=True)
+    else:
+        check_oracle("many_rows_match_oracle", case, target, poisoned=True)
+
+
+@invariant(*FORWARD, families=(MASKED_CHUNKS,))
+def masked_chunks_match_oracle(case, target):
+    """Rows longer than a power of two 2**k (2**9 <= 2**k <= the profile's longest row) that hold
+    whole blocks of -inf aligned to powers of two, [i 2**j, (i + 1) 2**j) for 9 <= j <= k
+    (strategies.masked_chunks_input), match the FP64 oracle within its bound (matches_oracle's
+    check). A kernel that cuts its rows into chunks of 2**j columns, declared in
+    block_boundaries() or not, meets a chunk of nothing but -inf, whose own max is -inf. (The
+    cross-entropy laws meet such chunks through the neg_inf_blocks family, which aims at the same
+    powers of two; a law of their own here cost the CPU run ~13 s for rows of 2049 classes.) Tier
+    default: attention masks and vocabulary masks produce such rows."""
+    check_oracle("masked_chunks_match_oracle", case, target)
+
+
+AUTOGRAD_OPS = ("softmax", "log_softmax", "logsumexp", CE_FWD)
+_TORCH64 = {"softmax": lambda t: torch.softmax(t, -1), "log_softmax": lambda t: torch.log_softmax(t, -1)}
+
+
+def _seeded(case, salt: str, shape, dtype, device) -> torch.Tensor:
+    """Normal values rounded to dtype, seeded by the case's recipe (a replay gets the same)."""
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{salt}:{case!r}".encode()))
+    return torch.randn(tuple(shape), generator=gen, dtype=torch.float64).to(dtype).to(device)
+
+
+def _vjp_reference(case, x, g, y):
+    """(FP64 autograd VJP of the op at x for the cotangent g, its bound for a correct kernel).
+    softmax / log_softmax: the explicit VJP's bound at the output y the kernel saved (truth), plus
+    how far the VJP moves between y and the exact forward: _rounded_forward_effect with |dy| within
+    the forward's bound at x (each output of a correct kernel is) and twice the float64 forward's.
+    logsumexp: dx = softmax(x) g, the FP64 oracle's softmax times g (torch's float64 backward forms
+    exp(x - lse) with lse rounded to float64, which at |x| near 3e38 is off by far more than 1:
+    for x = [max, max] it gives [1, 1] g), with softmax within its bound and the product rounded
+    twice (2 u |dx|)."""
+    if case.op == "logsumexp":
+        x64 = x.detach().double()
+        ref = oracles.softmax(x64) * g.double()[..., None]
+        _, tol_p = truth("softmax", case.dtype, [x.detach()])
+        eps = g.double().abs()[..., None] * tol_p + 2 * T.TABLE[case.dtype].u_c * ref.abs()
+        return ref, T.total_tolerance(eps, ref, case.dtype, case.dtype)
+    x64 = x.detach().double().requires_grad_(True)
+    out64 = _TORCH64[case.op](x64)
+    (ref,) = torch.autograd.grad(out64, x64, g.double())
+    vjp = case.op + "_backward"
+    _, tol = truth(vjp, case.dtype, [y.detach(), g])
+    _, tol_f = truth(case.op, case.dtype, [x.detach()])
+    _, fwd64 = truth(case.op, torch.float64, [x.detach()])
+    y64 = out64.detach()
+    du = torch.where(torch.isfinite(y64), tol_f + 2 * torch.nan_to_num(fwd64, nan=0.0), 0.0)
+    extra = torch.nan_to_num(_rounded_forward_effect(vjp, y64, g.double(), du), nan=0.0)
+    return ref, tol + extra
+
+
+@invariant(*AUTOGRAD_OPS, needs=("autograd",), max_cols=128)
+def autograd_composition(case, target):
+    """Autograd through the op composes: the same input x (a leaf, as laid out) feeds two calls
+    (two outputs, or two losses for cross_entropy) and x.grad already holds G0; after
+    torch.autograd.backward of both with cotangents g1, g2 (seeded by the case), x.grad ==
+    G0 + VJP(g1) + VJP(g2) against FP64 autograd (softmax, log_softmax: torch's float64 ops;
+    logsumexp: the FP64 oracle's softmax times g; cross_entropy: the FP64 oracle's gradient,
+    oracles/cross_entropy.py, which test_meta checks against torch's), each VJP within its bound (_vjp_reference; ce_truth) and the two
+    additions in the dtype within an ulp of their largest partial sum. x and its storage, the
+    targets, and the outputs the caller holds are bitwise unchanged by the backward. An explicit
+    backward function cannot show a backward that writes into a saved tensor (the logits, the
+    output) behind autograd's version counter: its second use then reads the gradient instead.
+    Rows with NaN or +inf (softmax family) are left to the other laws; rows up to 128 columns (the
+    law is about autograd's bookkeeping, which row length does not change; the other laws check
+    long rows). Tier default: two losses on one set of logits, and gradient accumulation, are
+    everyday training."""
+    ce = isinstance(case, CECase)
+    args = case.tensors(target.device)
+    base = args[0]._base if args[0]._base is not None else args[0]
+    before = [base.clone()] + [a.clone() for a in args[1:]]
+    x = args[0].detach().requires_grad_(True)
+    if not ce:
+        xd = x.detach().double()
+        assume(xd.shape[-1] >= 1 and not bool(torch.isnan(xd).any()) and not bool((xd == math.inf).any())
+               and bool((xd > -math.inf).any(-1).all()))
+    with torch.enable_grad():
+        outs = [ce_run(case, target, x, *args[1:]) if ce else run(target, case.op, x) for _ in range(2)]
+        if not all(isinstance(o, torch.Tensor) and o.requires_grad for o in outs):
+            fail("autograd_composition", case, target, "the output does not require grad for an input that does")
+        held = [o.detach().clone() for o in outs]
+        gs = [_seeded(case, f"g{i}", o.shape, o.dtype, o.device) for i, o in enumerate(outs)]
+        g0 = _seeded(case, "grad", x.shape, x.dtype, x.device)
+        x.grad = g0.clone()
+        with warnings.catch_warnings():  # a strided x's gradient need not share its strides
+            warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+            torch.autograd.backward(outs, gs)
+    call = ("x = x.detach().requires_grad_()\nx.grad = G0.clone()  # an existing gradient\n"
+            + (f"l1 = target.{CE_FWD}(x, labels, {case.kwargs_code()}); l2 = target.{CE_FWD}(x, labels, {case.kwargs_code()})\n"
+               "torch.autograd.backward([l1, l2], [g1, g2])" if ce else
+               f"y1, y2 = target.{case.op}(x), target.{case.op}(x)\ntorch.autograd.backward([y1, y2], [g1, g2])")
+            + "\nout = x.grad  # vs G0 + VJP(g1) + VJP(g2) in FP64")
+    names = ("logits", "target") if ce else ("x",)
+    for nm, b0, b1 in zip(names, before, [base] + list(args[1:])):
+        assert_bitwise("autograd_composition", case, target, b1, b0, f"{nm} (or its storage) was modified by backward", call)
+    for k, (o, h) in enumerate(zip(outs, held)):
+        assert_bitwise("autograd_composition", case, target, o.detach(), h,
+                       f"output {k + 1}, held by the caller, was modified by backward", call)
+    if x.grad is None or tuple(x.grad.shape) != tuple(x.shape) or x.grad.dtype != x.dtype:
+        got = None if x.grad is None else (tuple(x.grad.shape), x.grad.dtype)
+        fail("autograd_composition", case, target, f"x.grad is {got}, expected shape {tuple(x.shape)} and {x.dtype}", call=call)
+    refs, tols = [], []
+    for g, y in zip(gs, held):
+        if ce:
+            bwd = dataclasses.replace(case, op=CE_BWD)
+            r, t_ = ce_truth(bwd, [x.detach(), args[1], g])
+        else:
+            r, t_ = _vjp_reference(case, x, g, y)
+        refs.append(r)
+        tols.append(t_)
+    ref = g0.double() + refs[0] + refs[1]
+    size = g0.double().abs() + refs[0].abs() + refs[1].abs() + tols[0] + tols[1]
+    tol = tols[0] + tols[1] + T.ulp(torch.nan_to_num(size, nan=0.0, posinf=0.0), case.dtype)
+    tol = torch.nan_to_num(tol, nan=math.inf)
+    bad = T.compare(x.grad, ref, tol, case.dtype)
+    if bool(bad.any()):
+        i = worst(bad, (x.grad.double() - ref).abs() / tol.clamp_min(1e-300))
+        fail("autograd_composition", case, target,
+             f"x.grad after two backward passes onto an existing gradient differs from G0 + VJP(g1) + VJP(g2): "
+             f"{int(bad.sum())} of {bad.numel()} elements out of bounds", i, ref[i], x.grad[i], tol[i], call, out_name="x.grad")

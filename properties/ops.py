@@ -48,6 +48,8 @@ OPS = {
         # merges of two (x, lse) states; return (x, lse). Drawn as MergeCase (properties/case.py)
         Op("softmax_merge", ("p_a", "lse_a", "p_b", "lse_b"), oracles.softmax_merge),
         Op("attention_merge", ("o_a", "lse_a", "o_b", "lse_b"), oracles.attention_merge),
+        # N-way merge of S states stacked along axis -2 (o) / -1 (lse); drawn as a StatesCase
+        Op("merge_states", ("o", "lse"), oracles.merge_states),
         # cross-entropy: keyword options (ignore_index, reduction, label_smoothing); drawn as a
         # CECase (properties/case.py), checked by the ce_* invariants
         Op("cross_entropy", ("logits", "target"), oracles.ce.cross_entropy),
@@ -91,11 +93,13 @@ class Target:
         return self.fn(op_name)(*tensors, **kw)
 
     def supports_autograd(self, op_name: str) -> bool:
-        """True when the op returns a differentiable output for a float64 input."""
+        """True when the op returns a differentiable output for a float64 input (cross_entropy:
+        for float64 logits and class indices)."""
         if op_name not in self._autograd:
             try:
                 x = torch.zeros(2, 3, dtype=torch.float64, device=self.device, requires_grad=True)
-                self._autograd[op_name] = bool(self.call(op_name, x).requires_grad)
+                args = (x, torch.zeros(2, dtype=torch.int64, device=self.device)) if op_name == "cross_entropy" else (x,)
+                self._autograd[op_name] = bool(self.call(op_name, *args).requires_grad)
             except Exception:
                 self._autograd[op_name] = False
         return self._autograd[op_name]

@@ -28,11 +28,11 @@ settings.register_profile("dev", max_examples=100, **_COMMON)
 settings.register_profile("gpu", max_examples=1000, **_COMMON)
 settings.register_profile("nightly", max_examples=10000, **_COMMON)
 
-LIMITS = {  # shape limits per profile
-    "ci": S.Limits(max_rows=6, max_cols=1100, long_cols=2100, max_elems=8192),
-    "dev": S.Limits(max_rows=8, max_cols=4200, long_cols=20000, max_elems=65536),
-    "gpu": S.Limits(max_rows=16, max_cols=70000, long_cols=1_100_000, max_elems=2**21),
-    "nightly": S.Limits(max_rows=32, max_cols=70000, long_cols=1_100_000, max_elems=2**22),
+LIMITS = {  # shape limits per profile (many_rows: the rows of many-rows cases, strategies.MANY_ROWS)
+    "ci": S.Limits(max_rows=6, max_cols=1100, long_cols=2100, max_elems=8192, many_rows=2100),
+    "dev": S.Limits(max_rows=8, max_cols=4200, long_cols=20000, max_elems=65536, many_rows=16500),
+    "gpu": S.Limits(max_rows=16, max_cols=70000, long_cols=1_100_000, max_elems=2**21, many_rows=70000),
+    "nightly": S.Limits(max_rows=32, max_cols=70000, long_cols=1_100_000, max_elems=2**22, many_rows=140000),
 }
 
 # gathered from test reports (so it works under pytest-xdist too) and printed in the summary

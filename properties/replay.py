@@ -53,7 +53,7 @@ import sys
 
 sys.path.insert(0, os.getcwd())  # the repository root: run this from there
 import torch  # noqa: E402
-from properties.case import Case, CECase, MergeCase  # noqa: E402,F401
+from properties.case import Case, CECase, MergeCase, StatesCase  # noqa: E402,F401
 from properties.strategies import DLoss, Input, Layout, Logits, Targets  # noqa: E402,F401
 
 inf, nan = float("inf"), float("nan")

@@ -9,6 +9,7 @@ from a line of torch code that is also what the reproducer prints: the two canno
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ class Limits:
     max_cols: int = 2100
     long_cols: int = 4200  # an occasional long row up to this length
     max_elems: int = 16384  # cap on elements per drawn tensor (long rows get fewer rows)
+    many_rows: int = 4200  # rows of a many-rows case (MANY_ROWS), at most max_elems // row length
 
 
 LIMITS = Limits()
@@ -199,12 +201,13 @@ def logits(draw, rows, cols, dtype, families=FAMILIES, boundaries=()):
         patches = draw(_patches(rows, cols, st.sampled_from([math.inf, -math.inf, math.nan]), max_patches=4))
     elif fam == "neg_inf_blocks":
         fill = draw(normal)
-        starts = [0] + [b for b in boundaries if b < cols]
+        aims = masked_block_boundaries(boundaries)
+        starts = [0] + [b for b in aims if b < cols]
         out = []
         for _ in range(draw(st.integers(1, 3))):
             r = -1 if draw(st.booleans()) else _index(draw, rows)
             a = draw(st.sampled_from(starts)) if draw(st.booleans()) else _index(draw, cols)
-            n = draw(st.sampled_from([b for b in boundaries] + [1, cols]))
+            n = draw(st.sampled_from([b for b in aims] + [1, cols]))
             out.append((r, a, min(cols, a + n), -math.inf))
         patches = tuple(out)
     elif fam == "neg_inf_rows":
@@ -219,7 +222,8 @@ def logits(draw, rows, cols, dtype, families=FAMILIES, boundaries=()):
         low = draw(st.one_of(st.sampled_from([-30.0, -1e4]), moderate_value(dtype), st.just(-math.inf)))
         fill = ("const", float(torch.tensor(low).to(dtype).double()))
         hi = draw(moderate_value(dtype).map(lambda v: abs(v) + 1.0))
-        cols_hot = [_index(draw, cols) for _ in range(draw(st.integers(1, max(rows, 1))))]
+        # at most 64 hot rows (a many-rows case holds thousands; the rest keep the low fill)
+        cols_hot = [_index(draw, cols) for _ in range(draw(st.integers(1, min(max(rows, 1), 64))))]
         patches = tuple((i, c, c + 1, float(torch.tensor(hi).to(dtype).double())) for i, c in enumerate(cols_hot))
     elif fam == "subnormal":
         fill = draw(st.one_of(const(subnormal_value(dtype)), st.tuples(st.just("subnormal"), seed)))
@@ -238,6 +242,27 @@ def logits(draw, rows, cols, dtype, families=FAMILIES, boundaries=()):
 # ----------------------------------------------------------------------------------------------
 # shapes
 # ----------------------------------------------------------------------------------------------
+MASK_POW2_FROM = 2**9  # -inf blocks are aimed at every power of two from here to the longest row
+
+
+def pow2_boundaries(limit: int = None) -> list:
+    """2**9, 2**10, ... up to limit (default: the profile's longest row): column counts where a
+    kernel may cut a row into chunks without declaring it (a chunked class axis of 65,536
+    columns), so whole chunks of -inf are aimed at them whatever block_boundaries() says."""
+    limit = LIMITS.long_cols if limit is None else limit
+    out, b = [], MASK_POW2_FROM
+    while b <= limit:
+        out.append(b)
+        b *= 2
+    return out
+
+
+def masked_block_boundaries(boundaries) -> list:
+    """Where neg_inf_blocks starts and sizes its -inf blocks: the target's declared boundaries
+    and every power of two from 2**9 to the profile's longest row."""
+    return sorted(set(boundaries) | set(pow2_boundaries()))
+
+
 def special_lengths(boundaries, limit):
     out = {1, 2, 3, 4, 5, 7, 8, 9}
     for b in boundaries:
@@ -305,6 +330,8 @@ class Layout:
                     f"base[..., ::{self.k}] = V\n{name} = base[..., ::{self.k}]")
         if self.kind == "expanded":  # a stride-0 leading axis of size k
             return f"{name} = V.unsqueeze(0).expand({self.k}, *V.shape)"
+        if self.kind == "states_outer":  # merge_states' states axis (-2) outermost: (S, ..., Dv) in memory
+            return f"{name} = V.movedim(-2, 0).contiguous().movedim(0, -2)"
         raise ValueError(self.kind)  # pragma: no cover
 
     def apply(self, V: torch.Tensor, name: str = "x") -> torch.Tensor:
@@ -376,19 +403,30 @@ BOUNDARIES = _Bounds()  # the plugin replaces values with the target's block_bou
 VJP_SECOND_FAMILIES = ("moderate", "huge", "special", "grid", "bits", "subnormal", "constant")
 
 
+MANY_ROWS = "many_rows"  # a marker family: thousands of short rows (many_rows_cases)
+MASKED_CHUNKS = "masked_chunks"  # a marker family: rows past 2**k with whole -inf chunks (masked_chunks_input)
+
+
 @st.composite
 def cases(draw, op_name, families=None, max_cols=None):
     """A Case for op_name: dtype, then its inputs (an explicit VJP's first argument is the rounded
-    FP64 forward of drawn logits; its cotangent is drawn on the same shape)."""
-    from .case import MERGE_OPS, Case
+    FP64 forward of drawn logits; its cotangent is drawn on the same shape). The marker families
+    MANY_ROWS and MASKED_CHUNKS draw those shapes instead (for the laws that name them)."""
+    from .case import MERGE_OPS, STATES_OP, Case
     from .ops import OPS
 
+    if families and MANY_ROWS in families:
+        return draw(many_rows_cases(op_name))
     if op_name in MERGE_OPS:
         return draw(merge_cases(op_name, families, max_cols))
+    if op_name == STATES_OP:
+        return draw(states_cases(families, max_cols))
     if op_name in CE_OPS:
         return draw(ce_cases(op_name, families, max_cols))
     op = OPS[op_name]
     dtype = draw(dtypes(), label="dtype")
+    if families and MASKED_CHUNKS in families:
+        return Case(op_name, dtype, (draw(masked_chunks_input(dtype), label=op.args[0]),))
     first = draw(inputs(dtype, BOUNDARIES.values, families or FAMILIES, max_cols=max_cols), label=op.args[0])
     if not op.is_vjp:
         return Case(op_name, dtype, (first,))
@@ -397,6 +435,111 @@ def cases(draw, op_name, families=None, max_cols=None):
     lg = draw(logits(first.logits.rows, first.logits.cols, dtype, VJP_SECOND_FAMILIES, BOUNDARIES.values),
               label=op.args[1])
     return Case(op_name, dtype, (first, Input(lg, first.batch, lay)))
+
+
+# ----------------------------------------------------------------------------------------------
+# many rows: thousands of short rows (a kernel's row tiling, a mean over the batch)
+# ----------------------------------------------------------------------------------------------
+MANY_ROW_COLS = (1, 2, 3, 4, 5, 8, 16, 17, 32)  # row lengths of many-rows cases
+# families whose recipes stay a handful of draws however many rows there are
+MANY_ROW_FAMILIES = ("moderate", "constant", "grid", "special", "neg_inf_rows", "neg_inf_blocks", "huge",
+                     "subnormal", "bits", "one_hot")
+
+
+def many_rows_count(per_row: int):
+    """How many rows a many-rows case holds: about one draw in three the top of the budget
+    (2**K - 1, 2**K, 2**K + 1 for the largest 2**K in it, or the budget itself), else one of
+    2**k - 1, 2**k, 2**k + 1 for k from 6 up (each about equally likely), one draw in four of
+    those any count in between. The budget: LIMITS.many_rows, and LIMITS.max_elems // per_row
+    (the elements of one row). Shrinks towards 63 rows."""
+    cap = max(1, min(LIMITS.many_rows, LIMITS.max_elems // max(per_row, 1)))
+    kmax = cap.bit_length() - 1
+    kmin = min(6, kmax)
+    near = sorted({min(cap, max(1, 2**k + d)) for k in range(kmin, kmax + 1) for d in (-1, 0, 1)})
+    top = sorted({max(1, 2**kmax - 1), 2**kmax, min(cap, 2**kmax + 1), cap})
+    return rarely(st.sampled_from(top), rarely(st.integers(min(2**kmin, cap), cap), st.sampled_from(near), 4), 3)
+
+
+@st.composite
+def many_row_logits(draw, rows, cols, dtype):
+    """Logits of many short rows: half the time every row the same (a constant fill and up to
+    three columns set in every row, so an error made alike in each row adds up instead of
+    cancelling: a per-row rounding of a mean's terms), else one of MANY_ROW_FAMILIES' recipes with
+    up to three such column patches on top; a few single elements (NaN, inf, anything) then
+    poison or perturb single rows."""
+    col = st.one_of(moderate_value(dtype), huge_value(dtype), st.just(-math.inf))
+    if draw(st.booleans(), label="repeated_rows"):
+        fill = ("const", draw(moderate_value(dtype)))
+        fam = "repeated_rows"
+        own = draw(_patches(rows, cols, any_value(dtype), max_patches=2))
+    else:
+        lg = draw(logits(rows, cols, dtype, MANY_ROW_FAMILIES, BOUNDARIES.values), label="logits")
+        fill, fam, own = lg.fill, lg.family, lg.patches
+    n = draw(st.integers(0 if fam != "repeated_rows" else 1, min(cols, 3)), label="n_column_patches")
+    columns = tuple((-1, j, j + 1, draw(col)) for j in [_index(draw, cols) for _ in range(n)])
+    return Logits(rows, cols, dtype_name(dtype), tuple(fill), columns + tuple(own), family=fam)
+
+
+def _flat_layouts():
+    """layouts() without the stride-0 batch axis (which would multiply a many-rows case's rows)."""
+    return layouts().filter(lambda l: l.kind != "expanded")
+
+
+@st.composite
+def many_rows_cases(draw, op_name):
+    """A case of op_name with many short rows: row length from MANY_ROW_COLS (for the merges:
+    few keys and values; cross-entropy: V), row count from many_rows_count, one batch axis,
+    layouts without a stride-0 axis. Drawn by the laws with families=(MANY_ROWS,)."""
+    from .case import MERGE_OPS, STATES_OP, Case
+    from .ops import OPS
+
+    if op_name in MERGE_OPS:
+        return draw(merge_cases(op_name, many_rows=True))
+    if op_name == STATES_OP:
+        return draw(states_cases(many_rows=True))
+    if op_name in CE_OPS:
+        return draw(ce_cases(op_name, many_rows=True))
+    op = OPS[op_name]
+    dtype = draw(dtypes(), label="dtype")
+    cols = draw(st.sampled_from(MANY_ROW_COLS), label="cols")
+    n = draw(many_rows_count(cols), label="rows")
+    first = Input(draw(many_row_logits(n, cols, dtype), label=op.args[0]), (n,), draw(_flat_layouts(), label="layout"))
+    if not op.is_vjp:
+        return Case(op_name, dtype, (first,))
+    lg = draw(logits(n, cols, dtype, VJP_SECOND_FAMILIES, BOUNDARIES.values), label=op.args[1])
+    return Case(op_name, dtype, (first, Input(lg, (n,), draw(_flat_layouts(), label=op.args[1] + "_layout"))))
+
+
+# ----------------------------------------------------------------------------------------------
+# masked chunks: rows longer than a power of two 2**k (2**9 up to the longest row), with whole
+# -inf blocks aligned to powers of two: a kernel that cuts its rows into chunks of 2**j columns
+# (a chunked class axis) meets a chunk that holds only -inf
+# ----------------------------------------------------------------------------------------------
+@st.composite
+def masked_chunks_input(draw, dtype, rows=None):
+    """An Input of 1 to 3 rows (or `rows`) of length 2**k + r (0 < r <= 2**k; k from 9 up to
+    the profile's longest row, pow2_boundaries), a seeded normal fill, and 1 or 2 -inf blocks
+    [i 2**j, (i + 1) 2**j) with 9 <= j <= k (in every row or in one), sometimes a -inf tail
+    [2**k, end) or a single finite column left in the block, and one of the layouts."""
+    ks = [b.bit_length() - 1 for b in pow2_boundaries(LIMITS.long_cols - 1)] or [max(1, LIMITS.long_cols.bit_length() - 2)]
+    k = draw(st.sampled_from(ks), label="log2_chunk")
+    cols = 2**k + draw(st.integers(1, min(2**k, max(1, LIMITS.long_cols - 2**k))), label="past_chunk")
+    n = rows if rows is not None else draw(st.integers(1, max(1, min(3, LIMITS.max_elems // cols))), label="rows")
+    seed = draw(st.integers(0, 2**16), label="seed")
+    blocks = []
+    for _ in range(draw(st.integers(1, 2), label="n_blocks")):
+        j = draw(st.integers(min(9, k), k), label="log2_block")
+        i = draw(st.integers(0, max(0, (cols - 1) // 2**j)), label="block")
+        r = -1 if draw(st.booleans(), label="all_rows") else _index(draw, n)
+        stop = cols if draw(st.booleans(), label="to_end") and i * 2**j < cols else min(cols, (i + 1) * 2**j)
+        blocks.append((r, i * 2**j, stop, -math.inf))
+    if draw(st.booleans(), label="keep_one"):  # one finite column inside the first block
+        r, a, b, _ = blocks[0]
+        c = a + _index(draw, b - a)
+        blocks.append((r, c, c + 1, draw(moderate_value(dtype))))
+    lg = Logits(n, cols, dtype_name(dtype), ("normal", seed, draw(st.sampled_from([1.0, 3.0, 10.0]))), tuple(blocks),
+                family=MASKED_CHUNKS)
+    return Input(lg, (n,), draw(_flat_layouts(), label="layout"))
 
 
 # ==============================================================================================
@@ -416,7 +559,7 @@ def merge_trees(leaves):
 
 
 @st.composite
-def merge_cases(draw, op, families=None, max_cols=None, min_chunks=1, max_chunks=5):
+def merge_cases(draw, op, families=None, max_cols=None, min_chunks=1, max_chunks=5, many_rows=False):
     """A MergeCase for op ("softmax_merge" or "attention_merge"):
 
     * dtype: any of DTYPES; keys N: 0 to max_cols (default max(64, LIMITS.max_cols // 4));
@@ -426,22 +569,32 @@ def merge_cases(draw, op, families=None, max_cols=None, min_chunks=1, max_chunks
       seeded normals; values v for attention, dv in {1, 2, 3, 8, 16, 64};
     * tree: a permutation of the chunks and any binary tree over it;
     * layout: strategies.layouts() for every chunk's x, and for its lse one of LSE_LAYOUTS
-      (stride-0 "broadcast" along the last batch axis when there is one)."""
+      (stride-0 "broadcast" along the last batch axis when there is one).
+    many_rows: thousands of rows (many_rows_count) of 1 to 8 keys (dv up to 8), scores from
+    many_row_logits, no stride-0 layout."""
     from .case import LSE_LAYOUTS, MergeCase
 
     dtype = draw(dtypes(), label="dtype")
-    cap = max_cols if max_cols is not None else max(64, LIMITS.max_cols // 4)
-    n = draw(rarely(st.just(0), st.one_of(st.sampled_from(special_lengths((), cap)), st.integers(1, cap)), 16),
-             label="n_keys")
+    if many_rows:
+        n = draw(st.sampled_from([1, 2, 3, 4, 5, 8]), label="n_keys")
+    else:
+        cap = max_cols if max_cols is not None else max(64, LIMITS.max_cols // 4)
+        n = draw(rarely(st.just(0), st.one_of(st.sampled_from(special_lengths((), cap)), st.integers(1, cap)), 16),
+                 label="n_keys")
     k = draw(st.integers(min_chunks, max_chunks), label="n_chunks")
     cuts = tuple(sorted(draw(st.lists(st.integers(0, n), min_size=k - 1, max_size=k - 1), label="cuts")))
-    dv = draw(st.sampled_from([1, 2, 3, 8, 16, 64]), label="dv") if op == "attention_merge" else 0
+    dvs = [1, 2, 3, 8] if many_rows else [1, 2, 3, 8, 16, 64]
+    dv = draw(st.sampled_from(dvs), label="dv") if op == "attention_merge" else 0
     per_row = max(n, 1) * max(dv, 1)
-    batch = draw(batch_shapes(True, max_rows=max(1, LIMITS.max_elems // 4 // per_row)), label="batch")
+    if many_rows:
+        batch = (draw(many_rows_count(4 * per_row), label="rows"),)
+    else:
+        batch = draw(batch_shapes(True, max_rows=max(1, LIMITS.max_elems // 4 // per_row)), label="batch")
     lse_layout = draw(st.sampled_from(sorted(LSE_LAYOUTS) if batch else ["contiguous", "offset", "strided"]),
                       label="lse_layout")
     rows = math.prod(batch[:-1]) if (lse_layout == "broadcast" and batch) else math.prod(batch)
-    scores = draw(logits(rows, n, dtype, families or FAMILIES), label="scores")
+    scores = draw(many_row_logits(rows, n, dtype) if many_rows else logits(rows, n, dtype, families or FAMILIES),
+                  label="scores")
     qk = ()
     if op == "attention_merge" and draw(st.booleans(), label="qk"):
         qk = (draw(st.integers(0, 2**16)), draw(st.sampled_from([1, 4, 16, 64])))
@@ -450,9 +603,92 @@ def merge_cases(draw, op, families=None, max_cols=None, min_chunks=1, max_chunks
                          label="garbage")) if k > 1 else ()  # a lone chunk is never merged: it is its state
     order = draw(st.permutations(range(k)), label="order")
     tree = draw(merge_trees(order), label="tree")
-    layout = draw(layouts(), label="layout")
+    layout = draw(_flat_layouts() if many_rows else layouts(), label="layout")
     return MergeCase(op, dtype, scores, tuple(batch), cuts, masked, garbage, tree, dv,
                      draw(st.integers(0, 2**16), label="v_seed"), qk, layout, lse_layout)
+
+
+# values in empty states of merge_states cases: finite ones only. The contract leaves an empty
+# state's o unspecified, and several attention libraries multiply it by its zero weight, so NaN
+# or inf there belongs to the strict law that is about exactly that (merge_states_empty_garbage_ignored)
+FINITE_GARBAGE = (0.0, -0.0, 1.0, 1e4)
+
+
+def lse_shifts(dtype):
+    """Shifts added to every score of a merge_states case so that its states' lse reach any
+    magnitude the lse dtype holds: +-6e4 (beyond float16's range, and below a running max that
+    starts at -5e4), +-1e9, +-1e30, +-finfo.max / 2 and +-(1 - 2**-10) finfo.max."""
+    mx = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).max
+    out = []
+    for v in (6e4, 1e9, 1e30, mx / 2, mx * (1 - 2.0**-10)):
+        out += [-v, v]
+    return out
+
+
+def _left_chain(leaves):
+    tree = leaves[0]
+    for c in leaves[1:]:
+        tree = (tree, c)
+    return tree
+
+
+@st.composite
+def states_cases(draw, families=None, max_cols=None, many_rows=False):
+    """A StatesCase (properties/case.py) for merge_states, drawn like an attention_merge
+    MergeCase (scores of the families or q k^T, 0 to max_cols keys, masked and empty chunks, values
+    v with dv in {1, 2, 3, 8, 16, 64}) with:
+
+    * S = 1 to 6 states (the chunks), stacked in a drawn order (the case's tree: a left chain);
+    * finite garbage only (FINITE_GARBAGE) in empty states' values;
+    * o laid out by layouts() or "states_outer"; lse by STATES_LSE_LAYOUTS;
+    * about one case in four an lse_shift (lse_shifts), cut down where the scores are so large that
+      the states' lse would round to +-inf in the lse dtype.
+    many_rows: thousands of rows of 1 to 8 keys (as merge_cases)."""
+    from .case import STATES_LSE_LAYOUTS, StatesCase
+
+    dtype = draw(dtypes(), label="dtype")
+    if many_rows:
+        n = draw(st.sampled_from([1, 2, 3, 4, 5, 8]), label="n_keys")
+    else:
+        cap = max_cols if max_cols is not None else max(64, LIMITS.max_cols // 4)
+        n = draw(rarely(st.just(0), st.one_of(st.sampled_from(special_lengths((), cap)), st.integers(1, cap)), 16),
+                 label="n_keys")
+    k = draw(st.integers(1, 4 if many_rows else 6), label="n_states")
+    cuts = tuple(sorted(draw(st.lists(st.integers(0, n), min_size=k - 1, max_size=k - 1), label="cuts")))
+    dv = draw(st.sampled_from([1, 2, 3, 8] if many_rows else [1, 2, 3, 8, 16, 64]), label="dv")
+    per_row = (max(n, 1) + k) * max(dv, 1)
+    if many_rows:
+        batch = (draw(many_rows_count(2 * per_row), label="rows"),)
+    else:
+        batch = draw(batch_shapes(True, max_rows=max(1, LIMITS.max_elems // 4 // per_row)), label="batch")
+    kinds = sorted(STATES_LSE_LAYOUTS) if batch else [k_ for k_ in sorted(STATES_LSE_LAYOUTS) if k_ != "broadcast"]
+    lse_layout = draw(st.sampled_from(kinds), label="lse_layout")
+    rows = math.prod(batch[:-1]) if (lse_layout == "broadcast" and batch) else math.prod(batch)
+    scores = draw(many_row_logits(rows, n, dtype) if many_rows else logits(rows, n, dtype, families or FAMILIES),
+                  label="scores")
+    qk = ()
+    if draw(st.booleans(), label="qk"):
+        qk = (draw(st.integers(0, 2**16)), draw(st.sampled_from([1, 4, 16, 64])))
+    masked = tuple(sorted(set(draw(st.lists(st.integers(0, k - 1), max_size=2), label="masked"))))
+    garbage = tuple(draw(st.lists(st.tuples(st.integers(0, k - 1), st.sampled_from(FINITE_GARBAGE)), max_size=2),
+                         label="garbage"))
+    order = draw(st.permutations(range(k)), label="order")
+    layout = draw(st.one_of(_flat_layouts() if many_rows else layouts(), st.just(Layout("states_outer"))),
+                  label="layout")
+    case = StatesCase("merge_states", dtype, scores, tuple(batch), cuts, masked, garbage, _left_chain(list(order)),
+                      dv, draw(st.integers(0, 2**16), label="v_seed"), qk, layout, lse_layout)
+    shift = draw(rarely(st.sampled_from(lse_shifts(dtype)), st.just(0.0), 4), label="lse_shift")
+    if shift:
+        # keep |scores + shift| + log(N) inside the lse dtype's range: a state's lse rounded to
+        # +-inf would be a different row (an overflow of the inputs, not of the merge)
+        s = case.score_values()
+        fin = s[torch.isfinite(s)]
+        big = float(fin.abs().max()) if fin.numel() else 0.0
+        lmax = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).max
+        room = lmax * (1 - 2.0**-8) - big - math.log(max(n, 1)) - 1.0
+        shift = math.copysign(min(abs(shift), room), shift) if room > 0 else 0.0
+        case = dataclasses.replace(case, lse_shift=float(shift))
+    return case
 
 
 # ==============================================================================================
@@ -470,20 +706,28 @@ CONFIDENT_MAX_V = 16384
 class Targets:
     """Class indices, one per row (``ignore_index`` included), as ``dtype``; ``stride`` > 1 lays
     them out every ``stride`` elements with the out-of-range value ``JUNK`` in the gaps, so a
-    kernel that ignores the target's stride reads an index it must not."""
+    kernel that ignores the target's stride reads an index it must not. ``rows`` > 0: that many
+    rows, whose indices repeat ``values`` (a pattern: many-rows cases hold thousands of rows)."""
 
     values: tuple
     dtype: str = "int64"
     stride: int = 1
+    rows: int = 0
 
     JUNK = 2**30
+
+    @property
+    def count(self) -> int:
+        return self.rows or len(self.values)
 
     def code(self, name: str, shape) -> str:
         """Code building tensor `name` on `device` (a variable of the reproducer)."""
         vals = f"torch.tensor({list(self.values)}, dtype=torch.{self.dtype}, device=device)"
+        if self.rows:
+            vals += f".repeat({-(-self.rows // max(len(self.values), 1))})[:{self.rows}]"
         if self.stride == 1:
             return f"{name} = {vals}.reshape({tuple(shape)})"
-        n = len(self.values)
+        n = self.count
         return (f"base = torch.full(({n * self.stride},), {self.JUNK}, dtype=torch.{self.dtype}, device=device)\n"
                 f"base[::{self.stride}] = {vals}\n{name} = base[::{self.stride}].view({tuple(shape)})")
 
@@ -585,13 +829,38 @@ def _confident_logits(draw, rows, cols, dtype, targets):
 
 
 @st.composite
-def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False):
+def ce_target_pattern(draw, rows: int, V: int, ignore_index: int):
+    """Targets for many rows: a pattern of 1 to 4 indices (each a class, or ignore_index about one
+    in four) repeated over the rows; period 1 half the time, so that with repeated logits rows
+    every row has the same loss."""
+    period = draw(st.one_of(st.just(1), st.integers(1, 4)), label="period")
+    vals = [ignore_index if draw(st.integers(0, 3), label="ignored") == 3 else _index(draw, V) for _ in range(period)]
+    dtype = draw(st.sampled_from(["int64", "int32"]), label="target_dtype")
+    stride = draw(rarely(st.integers(2, 3), st.just(1), 4), label="target_stride")
+    return Targets(tuple(vals), dtype, stride, rows)
+
+
+@st.composite
+def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False, many_rows=False):
     """A CECase for op_name ("cross_entropy" or "cross_entropy_backward"). Logits come from the
     same families, row lengths (every kernel block boundary +-1, so the looped and split paths and
     whole -inf tiles are reached) and layouts as the softmax ops; V >= 1, the batch may be empty.
-    families=("confident",) draws bfloat16 rows whose target logit dominates (eps = 0)."""
+    families=("confident",) draws bfloat16 rows whose target logit dominates (eps = 0).
+    many_rows: thousands of rows of V in MANY_ROW_COLS (many_row_logits), targets a repeated
+    pattern (ce_target_pattern), reduction "mean" half the time (a mean over many rows)."""
     from .case import CECase
 
+    if many_rows:
+        dtype = draw(dtypes(), label="dtype")
+        # half the time 1 to 3 classes: the most rows the element budget holds
+        cols = draw(st.one_of(st.integers(1, 3), st.sampled_from(MANY_ROW_COLS)), label="V")
+        n = draw(many_rows_count(cols), label="rows")
+        ignore_index, reduction, eps = draw(ce_options(), label="options")
+        reduction = draw(st.one_of(st.just("mean"), st.just(reduction)), label="reduction")
+        inp = Input(draw(many_row_logits(n, cols, dtype), label="logits"), (n,), draw(_flat_layouts(), label="layout"))
+        targets = draw(ce_target_pattern(n, cols, ignore_index), label="target")
+        dl = draw(dlosses(reduction), label="dloss") if op_name == "cross_entropy_backward" else None
+        return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl)
     families = families or FAMILIES
     confident = CONFIDENT in families
     invalid_target = invalid_target or OUT_OF_RANGE in families

@@ -169,7 +169,8 @@ def test_autograd_and_compile_registration():
 def test_reproducer_rebuilds_the_exact_tensors(data):
     """The printed reproducer, executed, yields bitwise the tensors the case fed the target."""
     op = data.draw(st.sampled_from(["softmax", "softmax_backward"]))
-    case = data.draw(S.cases(op))
+    fams = data.draw(st.sampled_from([None, (S.MANY_ROWS,)] + ([(S.MASKED_CHUNKS,)] if op == "softmax" else [])))
+    case = data.draw(S.cases(op, fams))
     code = case.reproducer("kernels", call="out = None")
     scope = {}
     exec(code, scope)
@@ -297,6 +298,136 @@ def test_merge_reproducer_rebuilds_the_exact_states(data):
     from .case import tree_code, tree_depth
     lines = tree_code(case.tree, op)
     assert len(lines) == max(1, len(case.bounds()) - 1) and (tree_depth(case.tree) == 0 or lines[-1].startswith("out = target."))
+
+
+# ---------------------------------------------------------------------------- N-way merges
+def _states(rows, ld, dt):
+    """o (1, S, 1) and lse (1, S) from [(lse_s, o_s)]."""
+    return (torch.tensor([[[v] for _, v in rows]], dtype=torch.float64).to(dt).to(DEV),
+            torch.tensor([[l for l, _ in rows]], dtype=torch.float64).to(ld).to(DEV))
+
+
+_N_WAY = [
+    # what                                  states [(lse, o)]                                       o          lse
+    ("one state is itself",                  [(1.5, 0.25)],                                         0.25,      1.5),
+    ("three empty states",                   [(-math.inf, 2.0), (-math.inf, 3.0), (-math.inf, 0.0)], 0.0,      -math.inf),
+    ("two empty states lead",                [(-math.inf, 5.0), (-math.inf, 5.0), (0.0, 1.0)],       1.0,       0.0),
+    ("lse below -5e4",                       [(-60000.0, 1.0), (-60001.0, 0.0), (-math.inf, 9.0)],
+     1 / (1 + math.exp(-1)), -60000 + math.log1p(math.exp(-1))),
+    ("equal lse near +finfo.max",            [(3e38, 1.0), (3e38, 3.0), (3e38, 5.0)],               3.0,       3e38 + math.log(3)),
+    ("NaN beats +inf",                       [(math.inf, 1.0), (math.nan, 1.0), (0.0, 1.0)],         math.nan,  math.nan),
+    ("+inf lse: NaN o, lse +inf",            [(0.0, 1.0), (math.inf, 1.0)],                          math.nan,  math.inf),
+]
+
+
+@pytest.mark.parametrize("what,rows,o,lse", _N_WAY, ids=[r[0] for r in _N_WAY])
+def test_merge_states_semantics(what, rows, o, lse):
+    """merge_states (FP64 oracle and the project's kernel, float32 and float64) on N-way rows:
+    one state, empty states anywhere, lse below -5e4 and near +finfo.max, NaN and +inf lse."""
+    for dt in (torch.float64, torch.float32):
+        ld = torch.float64 if dt == torch.float64 else torch.float32
+        args = _states(rows, ld, dt)
+        for impl, fn in (("oracle", oracles.merge_states), ("kernels", kernels.merge_states)):
+            got_o, got_l = (t.cpu().to(d) for t, d in zip(fn(*args), (dt, ld)))
+            ulps = 0 if (impl == "oracle" or dt == torch.float64) else 4
+            assert _agrees(got_o, torch.tensor([[o]], dtype=torch.float64).to(dt), ulps=ulps), f"{impl} [{what}] {dt}: o={got_o.tolist()}"
+            assert _agrees(got_l, torch.tensor([lse], dtype=torch.float64).to(ld), ulps=ulps), f"{impl} [{what}] {dt}: lse={got_l.tolist()}"
+
+
+@pytest.mark.parametrize("what,la,xa,lb,xb,p,o,lse", [r for r in oracles.MERGE_SEMANTICS if r[6] is not None],
+                         ids=[r[0] for r in oracles.MERGE_SEMANTICS if r[6] is not None])
+def test_merge_states_of_two_follows_the_merge_table(what, la, xa, lb, xb, p, o, lse):
+    """merge_states of two states (either order) is attention_merge's row of MERGE_SEMANTICS, for
+    the FP64 oracle and the kernels, except that an empty state's NaN values are dropped as well
+    (the table's identities); zero signs are not asked of an N-way sum."""
+    for dt in (torch.float64, torch.float32):
+        ld = torch.float64 if dt == torch.float64 else torch.float32
+        for order in ((la, xa, lb, xb), (lb, xb, la, xa)):
+            args = _states([(order[0], order[1][0]), (order[2], order[3][0])], ld, dt)
+            for impl, fn in (("oracle", oracles.merge_states), ("kernels", kernels.merge_states)):
+                got_o, got_l = (t.cpu().to(d) for t, d in zip(fn(*args), (dt, ld)))
+                ulps = 0 if (impl == "oracle" or dt == torch.float64) else 4
+                assert _agrees(got_o, torch.tensor([o], dtype=torch.float64).to(dt), ulps=ulps), f"{impl} [{what}] {dt}: o={got_o.tolist()}"
+                assert _agrees(got_l, torch.tensor([lse], dtype=torch.float64).to(ld), ulps=ulps), f"{impl} [{what}] {dt}"
+
+
+@settings(max_examples=50)
+@given(st.integers(1, 6), st.integers(0, 2**16), st.lists(st.sampled_from([-math.inf, 0.0, 3.0, -50.0, 700.0]), max_size=6))
+def test_merge_states_oracle_is_a_fold_of_attention_merge(S_, seed, lses):
+    """The FP64 N-way oracle equals the left fold of the FP64 attention_merge oracle (to 1e-12
+    relative; NaN and the empty state exactly), so merge_states' laws and attention_merge's agree
+    on what a merge is."""
+    g = torch.Generator().manual_seed(seed)
+    o = torch.randn(3, S_, 4, generator=g, dtype=torch.float64)
+    lse = torch.randn(3, S_, generator=g, dtype=torch.float64) * 5
+    for i, v in enumerate(lses[:S_]):
+        lse[i % 3, i] = v
+    got_o, got_l = oracles.merge_states(o, lse)
+    fo, fl = o[:, 0], lse[:, 0]
+    for s_ in range(1, S_):
+        fo, fl = oracles.attention_merge(fo, fl, o[:, s_], lse[:, s_])
+    if S_ == 1:  # one state: itself, except that an empty one is the empty state
+        fo = torch.where((fl == -math.inf)[:, None], 0.0, fo)
+    assert bool((((got_o - fo).abs() <= 1e-12 * fo.abs().clamp_min(1)) | (got_o.isnan() & fo.isnan())).all())
+    assert bool((((got_l - fl).abs() <= 1e-12 * fl.abs().clamp_min(1)) | (got_l == fl) | (got_l.isnan() & fl.isnan())).all())
+
+
+def test_merge_states_rejects_bad_input():
+    f = kernels.merge_states
+    o, lse = torch.rand(2, 3, 4, device=DEV), torch.rand(2, 3, device=DEV)
+    with pytest.raises(TypeError, match=r"merge_states: lse.dtype must be torch.float32 \(the logsumexp dtype for o.dtype=torch.float32\), got torch.float16"):
+        f(o, lse.half())
+    with pytest.raises(TypeError, match=r"lse.dtype must be torch.float64 .*got torch.float32"):
+        f(o.double(), lse)
+    with pytest.raises(ValueError, match=r"lse must have shape \(2, 3\)"):
+        f(o, lse[:, :2])
+    with pytest.raises(ValueError, match=r"o must hold at least one state \(S = o.shape\[-2\] >= 1\)"):
+        f(o[:, :0], lse[:, :0])
+    with pytest.raises(ValueError, match=r"o must have shape \(..., S, Dv\)"):
+        f(o[0, 0], lse[0])
+    with pytest.raises(TypeError, match=r"o.dtype must be .*got torch.int32"):
+        f(o.int(), lse)
+    with pytest.raises(TypeError, match=r"lse must be a torch.Tensor, got float"):
+        f(o, 0.0)
+    if DEV == "cuda":
+        with pytest.raises(ValueError, match=r"(lse is on device 'cpu'|must be on the same device)"):
+            f(o, lse.cpu())
+
+
+def test_merge_states_cpu_tensor_outside_interpreter_is_refused(monkeypatch):
+    monkeypatch.setattr(_launch, "interpreting", lambda: False)
+    with pytest.raises(ValueError, match=r"o is on device 'cpu', but the Triton kernels run on CUDA tensors"):
+        kernels.merge_states(torch.ones(2, 3, 4), torch.ones(2, 3))
+
+
+def test_merge_states_any_strides_and_empty_batch():
+    """Strided states (states axis outermost, padded rows, stride-0 lse along heads) give bitwise
+    the result of their contiguous copies; an empty batch gives empty outputs."""
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(5, 2, 3, 24, generator=g).to(DEV)  # (S, batch, heads, Dv + 4)
+    o = base[..., :20].permute(1, 2, 0, 3)  # (2, 3, S, 20), states axis outermost, padded rows
+    lse = (torch.randn(2, 1, 5, generator=g) * 3).to(DEV).expand(2, 3, 5)
+    a = kernels.merge_states(o, lse)
+    b = kernels.merge_states(o.contiguous(), lse.contiguous())
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    e = kernels.merge_states(torch.ones(0, 3, 4, device=DEV), torch.ones(0, 3, device=DEV))
+    assert e[0].shape == (0, 4) and e[1].shape == (0,)
+
+
+@settings(max_examples=25)
+@given(st.data())
+def test_merge_states_reproducer_rebuilds_the_exact_states(data):
+    """A StatesCase's reproducer, executed, yields bitwise the o and lse (shapes, strides) the case
+    fed the target, and runs the target."""
+    case = data.draw(S.states_cases(many_rows=data.draw(st.booleans())))
+    scope = {}
+    exec(case.reproducer("kernels"), scope)
+    for name, t in zip(("o", "lse"), case.stacked(DEV)):
+        r = scope[name]
+        assert r.shape == t.shape and r.dtype == t.dtype, name
+        assert r.stride() == t.stride() or t.numel() == 0, name
+        assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
+    assert isinstance(scope["out"], tuple)
 
 
 # ---------------------------------------------------------------------------- cross-entropy
@@ -429,7 +560,7 @@ def test_ce_autograd_refuses_logits_changed_in_place_and_repeats_a_retained_back
 def test_ce_reproducer_rebuilds_the_exact_tensors(data):
     """A CECase's reproducer, executed as printed (calling the kernels), yields bitwise its logits,
     class indices (``labels``: ``target`` is the module) and dloss, strides too, and an output."""
-    case = data.draw(S.ce_cases(data.draw(st.sampled_from(S.CE_OPS))))
+    case = data.draw(S.ce_cases(data.draw(st.sampled_from(S.CE_OPS)), many_rows=data.draw(st.booleans())))
     scope = {}
     exec(case.reproducer("kernels"), scope)
     assert isinstance(scope["out"], torch.Tensor)

@@ -35,3 +35,20 @@ def launch(kernel, xa, la, xb, lb, name: str, concat: bool):
         kernel[(a2.shape[0],)](a2, l1, b2, l2, out, lse, da, db, F64=xa.dtype == torch.float64,
                                BLOCK=max(16, triton.next_power_of_2(max(da, db, 1))))
     return out.reshape(*xa.shape[:-1], width), lse.reshape(la.shape)
+
+
+def launch_states(kernel, o, lse):
+    """merge_states mutants: o (..., S, Dv) and lse (..., S) made contiguous, one program per row;
+    a kernel takes (O, L, OUT, LO, S, Dv) and a BLOCK of at least Dv columns."""
+    check_tensor("o", o, "merge_states")
+    check_tensor("lse", lse, "merge_states")
+    S, dv = o.shape[-2], o.shape[-1]
+    rows = math.prod(o.shape[:-2])
+    o3 = o.contiguous().reshape(rows, S, dv)
+    l2 = lse.contiguous().reshape(rows, S)
+    out = torch.empty((rows, dv), dtype=o.dtype, device=o.device)
+    lse_out = torch.empty((rows,), dtype=lse.dtype, device=o.device)
+    if rows:
+        kernel[(rows,)](o3, l2, out, lse_out, S, dv, F64=o.dtype == torch.float64,
+                        BLOCK=max(16, triton.next_power_of_2(max(dv, 1))))
+    return out.reshape(*o.shape[:-2], dv), lse_out.reshape(lse.shape[:-1])
