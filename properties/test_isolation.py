@@ -149,7 +149,10 @@ def test_crash_is_a_shrunk_failure_and_the_run_goes_on(tmp_path):
     assert "1 failed, 1 passed" in text, text
     how = "CUDA error" if ON_GPU else "SIG"
     assert f"TargetCrashed[{how}" in text and f"[matches_oracle] (default tier) target crashed: {how}" in text, text
-    assert "reproducer:" in text and "out = target.softmax(x)" in text and "oob_read.py" in text, text
+    assert "reproducer:" in text and "out = target.softmax(x)" in text, text
+    # on the CPU the worker's Python stack is in the kernel's launch; on a GPU the illegal access
+    # surfaces at the worker's synchronize after the check, outside the target's code
+    assert ON_GPU or "oob_read.py" in text, text
     (saved,) = [p for p in fails.iterdir()]
     assert saved.name == "properties.faulty.oob_read.matches_oracle-softmax.py", text
     inv, case, _ = replay.load(str(saved))
