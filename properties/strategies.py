@@ -516,15 +516,15 @@ def many_rows_cases(draw, op_name):
 # (a chunked class axis) meets a chunk that holds only -inf
 # ----------------------------------------------------------------------------------------------
 @st.composite
-def masked_chunks_input(draw, dtype, rows=None):
-    """An Input of 1 to 3 rows (or `rows`) of length 2**k + r (0 < r <= 2**k; k from 9 up to
+def masked_chunks_input(draw, dtype):
+    """An Input of 1 to 3 rows of length 2**k + r (0 < r <= 2**k; k from 9 up to
     the profile's longest row, pow2_boundaries), a seeded normal fill, and 1 or 2 -inf blocks
     [i 2**j, (i + 1) 2**j) with 9 <= j <= k (in every row or in one), sometimes a -inf tail
     [2**k, end) or a single finite column left in the block, and one of the layouts."""
     ks = [b.bit_length() - 1 for b in pow2_boundaries(LIMITS.long_cols - 1)] or [max(1, LIMITS.long_cols.bit_length() - 2)]
     k = draw(st.sampled_from(ks), label="log2_chunk")
     cols = 2**k + draw(st.integers(1, min(2**k, max(1, LIMITS.long_cols - 2**k))), label="past_chunk")
-    n = rows if rows is not None else draw(st.integers(1, max(1, min(3, LIMITS.max_elems // cols))), label="rows")
+    n = draw(st.integers(1, max(1, min(3, LIMITS.max_elems // cols))), label="rows")
     seed = draw(st.integers(0, 2**16), label="seed")
     blocks = []
     for _ in range(draw(st.integers(1, 2), label="n_blocks")):
