@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -10,9 +11,21 @@ import torch
 
 from .failures import PropertyFailure, classify, failure_class, precision_group
 from .ops import OPS
-from .strategies import Input
 
 EXPLICIT_MAX = 64  # tensors up to this many elements are printed value by value
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(code: str):
+    return compile(code, "<layout>", "exec")
+
+
+def built(code: str, name: str, **scope):
+    """Run a line of tensor-building code (the text a reproducer prints, so the two cannot
+    disagree) and return the tensor it names. ``scope``: its variables (``V``, ``device``)."""
+    scope["torch"] = torch
+    exec(_compiled(code), scope)
+    return scope[name]
 
 
 def _fmt(v: float) -> str:
@@ -37,7 +50,7 @@ def explicit_code(V: torch.Tensor, var: str = "V") -> str:
     return f"{var} = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)}).to(device)"
 
 
-def values_code(V: torch.Tensor, inp: Input, var: str = "V") -> str:
+def values_code(V: torch.Tensor, inp, var: str = "V") -> str:
     """Code that rebuilds the logical values V exactly, as the variable `var`."""
     if V.numel() <= EXPLICIT_MAX:
         return explicit_code(V, var)
@@ -308,13 +321,8 @@ class MergeCase:
 
     def lay_out(self, x, lse, i):
         """Laid-out tensors x{i}, lse{i} from logical values, by the code the reproducer prints."""
-        from .strategies import _compiled
-        scope = {"torch": torch, "V": x}
-        exec(_compiled(self.layout.code(f"x{i}")), scope)
-        xs = scope[f"x{i}"]
-        scope = {"torch": torch, "V": lse}
-        exec(_compiled(lse_layout_code(self.lse_layout, f"lse{i}", self.layout)), scope)
-        return xs, scope[f"lse{i}"]
+        return (built(self.layout.code(f"x{i}"), f"x{i}", V=x),
+                built(lse_layout_code(self.lse_layout, f"lse{i}", self.layout), f"lse{i}", V=lse))
 
     def leaf_tensors(self, device="cpu") -> dict:
         """{chunk: (x, lse)} laid out as the target sees them."""
@@ -417,13 +425,7 @@ class StatesCase(MergeCase):
 
     def lay_out_stacked(self, o, lse):
         """o and lse laid out by the code the reproducer prints."""
-        from .strategies import _compiled
-        scope = {"torch": torch, "V": o}
-        exec(_compiled(self.layout.code("o")), scope)
-        o_t = scope["o"]
-        scope = {"torch": torch, "V": lse}
-        exec(_compiled(self._lse_code()), scope)
-        return o_t, scope["lse"]
+        return built(self.layout.code("o"), "o", V=o), built(self._lse_code(), "lse", V=lse)
 
     def _lse_code(self) -> str:
         code = STATES_LSE_LAYOUTS[self.lse_layout].format(name="lse")

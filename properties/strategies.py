@@ -10,13 +10,15 @@ from a line of torch code that is also what the reproducer prints: the two canno
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from hypothesis import strategies as st
+
+from .case import CECase, Case, LSE_LAYOUTS, MERGE_OPS, STATES_LSE_LAYOUTS, STATES_OP, MergeCase, StatesCase, built
+from .ops import OPS
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _BITS_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -335,14 +337,7 @@ class Layout:
         raise ValueError(self.kind)  # pragma: no cover
 
     def apply(self, V: torch.Tensor, name: str = "x") -> torch.Tensor:
-        scope = {"torch": torch, "V": V}
-        exec(_compiled(self.code(name)), scope)  # the same text the reproducer prints
-        return scope[name]
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(code: str):
-    return compile(code, "<layout>", "exec")
+        return built(self.code(name), name, V=V)
 
 
 def layouts():
@@ -412,9 +407,6 @@ def cases(draw, op_name, families=None, max_cols=None):
     """A Case for op_name: dtype, then its inputs (an explicit VJP's first argument is the rounded
     FP64 forward of drawn logits; its cotangent is drawn on the same shape). The marker families
     MANY_ROWS and MASKED_CHUNKS draw those shapes instead (for the laws that name them)."""
-    from .case import MERGE_OPS, STATES_OP, Case
-    from .ops import OPS
-
     if families and MANY_ROWS in families:
         return draw(many_rows_cases(op_name))
     if op_name in MERGE_OPS:
@@ -490,9 +482,6 @@ def many_rows_cases(draw, op_name):
     """A case of op_name with many short rows: row length from MANY_ROW_COLS (for the merges:
     few keys and values; cross-entropy: V), row count from many_rows_count, one batch axis,
     layouts without a stride-0 axis. Drawn by the laws with families=(MANY_ROWS,)."""
-    from .case import MERGE_OPS, STATES_OP, Case
-    from .ops import OPS
-
     if op_name in MERGE_OPS:
         return draw(merge_cases(op_name, many_rows=True))
     if op_name == STATES_OP:
@@ -572,8 +561,6 @@ def merge_cases(draw, op, families=None, max_cols=None, min_chunks=1, max_chunks
       (stride-0 "broadcast" along the last batch axis when there is one).
     many_rows: thousands of rows (many_rows_count) of 1 to 8 keys (dv up to 8), scores from
     many_row_logits, no stride-0 layout."""
-    from .case import LSE_LAYOUTS, MergeCase
-
     dtype = draw(dtypes(), label="dtype")
     if many_rows:
         n = draw(st.sampled_from([1, 2, 3, 4, 5, 8]), label="n_keys")
@@ -644,8 +631,6 @@ def states_cases(draw, families=None, max_cols=None, many_rows=False):
     * about one case in four an lse_shift (lse_shifts), cut down where the scores are so large that
       the states' lse would round to +-inf in the lse dtype.
     many_rows: thousands of rows of 1 to 8 keys (as merge_cases)."""
-    from .case import STATES_LSE_LAYOUTS, StatesCase
-
     dtype = draw(dtypes(), label="dtype")
     if many_rows:
         n = draw(st.sampled_from([1, 2, 3, 4, 5, 8]), label="n_keys")
@@ -733,9 +718,7 @@ class Targets:
 
     def tensor(self, shape, device="cpu", name="target") -> torch.Tensor:
         # built on the device: Tensor.to() would make a strided layout contiguous
-        scope = {"torch": torch, "device": device}
-        exec(_compiled(self.code(name, shape)), scope)
-        return scope[name]
+        return built(self.code(name, shape), name, device=device)
 
 
 @dataclass(frozen=True)
@@ -772,9 +755,7 @@ class DLoss:
 
     def tensor(self, shape, dtype: str, device="cpu", name="dloss") -> torch.Tensor:
         # built on the device: Tensor.to() would make stride-0 and strided layouts contiguous
-        scope = {"torch": torch, "device": device}
-        exec(_compiled(self.code(name, shape, dtype)), scope)
-        return scope[name]
+        return built(self.code(name, shape, dtype), name, device=device)
 
 
 def ce_options():
@@ -848,8 +829,6 @@ def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False, 
     families=("confident",) draws bfloat16 rows whose target logit dominates (eps = 0).
     many_rows: thousands of rows of V in MANY_ROW_COLS (many_row_logits), targets a repeated
     pattern (ce_target_pattern), reduction "mean" half the time (a mean over many rows)."""
-    from .case import CECase
-
     if many_rows:
         dtype = draw(dtypes(), label="dtype")
         # half the time 1 to 3 classes: the most rows the element budget holds
