@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .failures import PropertyFailure, classify, failure_class, precision_group
-from .ops import OPS
+from .spec import lookup, lse_dtype
 
 EXPLICIT_MAX = 64  # tensors up to this many elements are printed value by value
 
@@ -58,8 +58,40 @@ def values_code(V: torch.Tensor, inp, var: str = "V") -> str:
             f"{var} = {inp.logits!r}.values().reshape({inp.shape}).to(device)")
 
 
+class OpCase:
+    """What every case type offers the laws beside its own fields (op, dtype, ...): its op's spec,
+    the call's keyword options, the case as the default tier feeds it, how to evaluate the op on
+    its tensors and how a reproducer names and calls them. A case type of a new op subclasses
+    this (or Case) and overrides what differs."""
+
+    @property
+    def spec(self):
+        return lookup(self.op)
+
+    def kwargs(self) -> dict:
+        """The keyword options every call of the op passes (none here)."""
+        return {}
+
+    def natural(self):
+        """The case as the default tier feeds it: itself (merge cases drop their garbage)."""
+        return self
+
+    def evaluate(self, fn, tensors):
+        """The op's result on these argument tensors, fn(*tensors, **options) calling it once."""
+        return fn(*tensors, **self.kwargs())
+
+    def tensor_names(self) -> tuple:
+        """How reports and reproducers name the tensors of tensors(), in order."""
+        return self.spec.args
+
+    def call_code(self) -> str:
+        """The reproducer's line that calls the op on the case's tensors."""
+        kw = "".join(f", {k}={v!r}" for k, v in self.kwargs().items())
+        return f"out = target.{self.op}({', '.join(self.tensor_names())}{kw})"
+
+
 @dataclass(frozen=True)
-class Case:
+class Case(OpCase):
     """op, dtype and the drawn inputs. For an explicit VJP, ``inputs[0]`` holds the forward's
     logits: its first argument is the FP64 forward of those logits, rounded to dtype."""
 
@@ -67,15 +99,11 @@ class Case:
     dtype: torch.dtype
     inputs: tuple  # of Input, one per op argument
 
-    @property
-    def spec(self):
-        return OPS[self.op]
-
     def logical(self, i: int, device="cpu") -> torch.Tensor:
         """The i-th argument's values in dtype, before layout."""
         V = self.inputs[i].values(device)
         if i == 0 and self.spec.is_vjp:
-            V = OPS[self.spec.forward].oracle(V).to(self.dtype)
+            V = lookup(self.spec.forward).oracle(V).to(self.dtype)
         return V
 
     def tensors(self, device="cpu") -> list:
@@ -105,24 +133,19 @@ class Case:
             else:
                 lines.append(values_code(inp.values(), inp))
             lines.append(inp.layout.code(name))
-        args = ", ".join(self.spec.args)
-        lines.append(call or f"out = target.{self.op}({args})")
+        lines.append(call or self.call_code())
         lines.append("print(out)")
         return "\n".join(lines)
 
 
-TIER_OF: dict = {}  # invariant name -> its tier (filled by properties/invariants.py's registry)
-
-
 def fail(invariant: str, case: Case, target, what: str, index=None, expected=None, actual=None, tol=None,
-         call: str = None, out_name: str = "out", kind=None):
-    """Raise PropertyFailure: the invariant and what broke, the case, the worst element of the
-    output named out_name (index None: no element), and the case's reproducer. case: a Case or a
-    MergeCase (anything with describe() and reproducer(target_name, call)). The exception's class
-    (properties/failures.py) is kind (default: from the worst element, else PropertyFailure),
-    qualified by out_name and the case's precision group, so that each kind of bug is reported
-    and shrunk on its own."""
-    tier = TIER_OF.get(invariant)
+         call: str = None, out_name: str = "out", kind=None, tier: str = None):
+    """Raise PropertyFailure: the invariant (of the given tier) and what broke, the case, the worst
+    element of the output named out_name (index None: no element), and the case's reproducer.
+    case: any case type (anything with describe() and reproducer(target_name, call)). The
+    exception's class (properties/failures.py) is kind (default: from the worst element, else
+    PropertyFailure), qualified by out_name and the case's precision group, so that each kind of
+    bug is reported and shrunk on its own. Laws call invariants.fail, which names the law."""
     msg = [f"[{invariant}] {f'({tier} tier) ' if tier else ''}{what}", "  " + case.describe()]
     if index is not None:
         where = f"{out_name}[{', '.join(map(str, index))}]" if len(index) else out_name
@@ -139,8 +162,6 @@ def fail(invariant: str, case: Case, target, what: str, index=None, expected=Non
 # ----------------------------------------------------------------------------------------------
 # merge cases: a row split into chunks, each chunk's (x, lse) state, and a merge tree over them
 # ----------------------------------------------------------------------------------------------
-MERGE_OPS = ("softmax_merge", "attention_merge")
-
 # how an lse tensor is laid out; ``code`` builds tensor {name} from values V, as Layout.code does
 LSE_LAYOUTS = {
     "contiguous": "{name} = V.clone()",
@@ -159,10 +180,6 @@ def lse_layout_code(kind: str, name: str, layout) -> str:
     if layout.kind == "expanded":  # the values got a stride-0 leading axis: so does their lse
         code += f"\n{name} = {name}.unsqueeze(0).expand({layout.k}, *{name}.shape)"
     return code
-
-
-def _lse_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def tree_leaves(tree) -> list:
@@ -193,7 +210,7 @@ def tree_code(tree, op: str, out: str = "out", prefix: str = "m") -> list:
 
 
 @dataclass(frozen=True)
-class MergeCase:
+class MergeCase(OpCase):
     """A merge test case. ``scores``: the rows' logits (softmax_merge) or attention scores
     (attention_merge) over N columns / keys (with ``qk = (seed, dk)``: q k^T / sqrt(dk) of seeded
     normal q, k instead of ``scores``' values); ``cuts``: interior cut points, chunk c covering
@@ -219,12 +236,30 @@ class MergeCase:
     layout: object = None  # strategies.Layout
     lse_layout: str = "contiguous"
 
+    @property
+    def attention(self) -> bool:
+        """Attention states (values o of seeded v, width dv) rather than softmax states (the
+        values are the chunk's softmax columns, side by side in a merged state)."""
+        return self.op != "softmax_merge"
+
     def natural(self) -> "MergeCase":
         """The same case with every empty state holding its natural values (its chunk's one-shot
         truth: o = 0 for attention, the NaN softmax of an all -inf row for softmax) instead of
         garbage: what the default tier feeds (flash / ring attention libraries define an empty
         state as o = 0, lse = -inf, and may compute 0 * o there)."""
         return self if not self.garbage else dataclasses.replace(self, garbage=())
+
+    def evaluate(self, fn, tensors):
+        """The merged root state of the tree, fn(x_a, lse_a, x_b, lse_b) merging two states, from
+        the leaves' tensors as tensors() lists them ([x0, lse0, x1, lse1, ...])."""
+        leaves = {c: (tensors[2 * c], tensors[2 * c + 1]) for c in range(len(tensors) // 2)}
+        return self.run_tree(fn, leaves=leaves)
+
+    def tensor_names(self) -> tuple:
+        return tuple(f"{v}{c}" for c in range(len(self.bounds())) for v in ("x", "lse"))
+
+    def call_code(self) -> str:
+        return "\n".join(tree_code(self.tree, self.op))
 
     # ---- the logical values
     @property
@@ -277,11 +312,11 @@ class MergeCase:
         device = "cpu"
         cols = torch.tensor(self.chunk_cols(chunks), dtype=torch.long, device=device)
         s = self.score_values(device).index_select(-1, cols)
-        if self.op == "softmax_merge":
+        if not self.attention:
             x, lse = oracles.softmax(s), oracles.logsumexp(s)
         else:
             x, lse = oracles.attention(s, self.v_values(device).index_select(-2, cols))
-        x, lse = x.to(self.dtype), lse.to(_lse_dtype(self.dtype))
+        x, lse = x.to(self.dtype), lse.to(lse_dtype(self.dtype))
         g = dict(self.garbage)
         for c in chunks:
             if c in g:
@@ -298,7 +333,7 @@ class MergeCase:
         chunks = tree_leaves(self.tree) if chunks is None else list(chunks)
         cols = torch.tensor(self.chunk_cols(chunks), dtype=torch.long, device=device)
         s = self.score_values(device).index_select(-1, cols)
-        if self.op == "softmax_merge":
+        if not self.attention:
             x = oracles.softmax(s)
             mag = torch.nan_to_num(x, nan=0.0)
         else:
@@ -351,7 +386,7 @@ class MergeCase:
         parts = [f"op={self.op}", f"dtype={str(self.dtype).replace('torch.', '')}",
                  f"chunks: bounds={self.bounds()} masked={list(self.masked)} garbage={list(self.garbage)} "
                  f"tree={self.tree} depth={tree_depth(self.tree)} scores family={self.family()}"
-                 + (f" dv={self.dv}" if self.op == "attention_merge" else "")]
+                 + (f" dv={self.dv}" if self.attention else "")]
         for c, (x, lse) in leaves.items():
             parts.append(f"x{c}: shape={tuple(x.shape)} strides={tuple(x.stride())} "
                          f"layout={self.layout.kind}{'(' + str(self.layout.k) + ')' if self.layout.k else ''}; "
@@ -374,7 +409,7 @@ class MergeCase:
                     lines.append(f"V = case.state([{c}], device)[{0 if var[0] == 'x' else 1}]")
                 code = self.layout.code(var) if var[0] == "x" else lse_layout_code(self.lse_layout, var, self.layout)
                 lines.append(code)
-        lines += call.splitlines() if call else tree_code(self.tree, self.op)
+        lines += (call or self.call_code()).splitlines()
         lines.append("print(out)")
         return "\n".join(lines)
 
@@ -382,8 +417,6 @@ class MergeCase:
 # ----------------------------------------------------------------------------------------------
 # N-way merges (merge_states): the chunk states of a row stacked along a states axis
 # ----------------------------------------------------------------------------------------------
-STATES_OP = "merge_states"
-
 # how merge_states' lse (..., S) is laid out; ``code`` builds tensor {name} from values V
 STATES_LSE_LAYOUTS = {
     "contiguous": LSE_LAYOUTS["contiguous"],
@@ -413,6 +446,20 @@ class StatesCase(MergeCase):
     @property
     def order(self) -> list:
         return tree_leaves(self.tree)
+
+    def natural(self) -> "StatesCase":
+        """The case itself: its empty states hold finite values only (strategies.FINITE_GARBAGE),
+        which the default tier feeds (the contract leaves an empty state's o unspecified)."""
+        return self
+
+    def evaluate(self, fn, tensors):
+        return OpCase.evaluate(self, fn, tensors)
+
+    def tensor_names(self) -> tuple:
+        return OpCase.tensor_names(self)
+
+    def call_code(self) -> str:
+        return OpCase.call_code(self)
 
     def score_values(self, device="cpu") -> torch.Tensor:
         s = super().score_values(device)
@@ -465,24 +512,24 @@ class StatesCase(MergeCase):
                     big = True
                 lines.append(f"V = case.stacked_values()[{0 if var == 'o' else 1}].to(device)")
             lines.append(self.layout.code("o") if var == "o" else self._lse_code())
-        lines += call.splitlines() if call else ["out = target.merge_states(o, lse)"]
+        lines += (call or self.call_code()).splitlines()
         lines.append("print(out)")
         return "\n".join(lines)
 
 
-def ce_batch(inp: Input) -> tuple:
+def ce_batch(inp) -> tuple:
     lay = inp.layout
     return ((lay.k,) if lay.kind == "expanded" else ()) + tuple(inp.batch)
 
 
 @dataclass(frozen=True)
-class CECase:
+class CECase(OpCase):
     """A cross-entropy case: logits (an Input: recipe, batch, layout), class-index targets, the
     options, and for the backward the cotangent dloss (its shape follows the reduction)."""
 
     op: str  # "cross_entropy" or "cross_entropy_backward"
     dtype: torch.dtype
-    logits: Input
+    logits: object  # strategies.Input
     targets: object  # strategies.Targets
     ignore_index: int
     reduction: str
@@ -520,6 +567,11 @@ class CECase:
         kw = {**self.kwargs(), **overrides}
         return target.call(self.op, *tensors, **kw)
 
+    def call_code(self) -> str:
+        # the class indices are `labels` in a reproducer: `target` is the module under test
+        args = "logits, labels" + (", dloss" if self.dloss is not None else "")
+        return f"out = target.{self.op}({args}, {self.kwargs_code()})"
+
     def family(self) -> str:
         return self.logits.logits.family
 
@@ -542,10 +594,8 @@ class CECase:
         lines.append(self.logits.layout.code("logits"))
         # the class indices are `labels` here: `target` is the module under test
         lines.append(self.targets.code("labels", self.batch))
-        args = "logits, labels"
         if self.dloss is not None:
             lines.append(self.dloss.code("dloss", self.loss_shape, self.dtype_name))
-            args += ", dloss"
-        lines.append(call or f"out = target.{self.op}({args}, {self.kwargs_code()})")
+        lines.append(call or self.call_code())
         lines.append("print(out)")
         return "\n".join(lines)

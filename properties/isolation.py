@@ -264,7 +264,7 @@ def check(inv, case, target, timeout: float = DEFAULT_TIMEOUT):
     w = worker()
     got = w.request(("check", inv.name, case, _spec(target)), timeout, _preload(target))
     if isinstance(got, Crash):
-        raise _failure(inv.name, case, target, f"target crashed: {got.reason}", failure_class(TargetCrashed, got.short),
+        raise _failure(inv, case, target, f"target crashed: {got.reason}", failure_class(TargetCrashed, got.short),
                        got.detail)
     outcome, payload, side = got
     _replay(side, w)
@@ -278,11 +278,11 @@ def check(inv, case, target, timeout: float = DEFAULT_TIMEOUT):
     if outcome == "crashed":  # the worker's CUDA context is gone: it has exited
         reason, detail = payload
         w.retire()
-        raise _failure(inv.name, case, target, f"target crashed: {reason}",
+        raise _failure(inv, case, target, f"target crashed: {reason}",
                        failure_class(TargetCrashed, reason.split("\n")[0][:80]), detail)
     type_name, where, message, text = payload
     first = message.strip().splitlines()[0] if message.strip() else ""
-    raise _failure(inv.name, case, target, f"raised {type_name}" + (f": {first}" if first else ""),
+    raise _failure(inv, case, target, f"raised {type_name}" + (f": {first}" if first else ""),
                    failure_class(Raised, type_name, where), "  raised in the worker process:\n" + _indent(text))
 
 
@@ -297,13 +297,13 @@ def supports_autograd(target, op: str) -> bool:
     return target._autograd[op]
 
 
-def _failure(inv_name, case, target, what, kind, detail=""):
-    """The failure case.fail raises for what (so it names the case and prints its reproducer),
-    with detail appended to its message."""
+def _failure(inv, case, target, what, kind, detail=""):
+    """The failure case.fail raises for what (so it names the law, its tier and the case, and
+    prints its reproducer), with detail appended to its message."""
     from .case import fail
     from .failures import PropertyFailure
     try:
-        fail(inv_name, case, target, what, kind=kind)
+        fail(inv.name, case, target, what, kind=kind, tier=inv.tier)
     except PropertyFailure as e:
         return type(e)(str(e) + ("\n" + detail if detail else ""))
     raise AssertionError("case.fail returned")  # pragma: no cover
@@ -414,8 +414,8 @@ def _check(inv_name, case, target, filters):
     from hypothesis.errors import HypothesisDeprecationWarning, UnsatisfiedAssumption
 
     from .failures import PropertyFailure
-    from .invariants import REGISTRY, WORST_ULP, refusals
-    inv = next(i for i in REGISTRY if i.name == inv_name)
+    from .invariants import WORST_ULP, law, refusals
+    inv = law(inv_name)
     before = {k: dict(v) for k, v in WORST_ULP.items()}  # the statistics are dicts, updated in place
     refusals.reset()
     _OBSERVED.clear()

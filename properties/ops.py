@@ -1,77 +1,144 @@
-"""Declarative op records and the target adapter (the module under test, chosen at run time)."""
+"""The built-in ops, one OpSpec each (properties/spec.py says what every field means), and the
+target adapter (the module under test, chosen at run time). Importing this module registers the
+ops; the laws select among them by their specs' attributes (properties/invariants/)."""
 from __future__ import annotations
 
 import importlib
 import inspect
-from dataclasses import dataclass
-from typing import Callable, Optional
+import math
+import types
 
 import torch
 
 import oracles
 
-
-def _same(d):
-    return d
-
-
-def _lse_dtype(d):
-    return torch.float64 if d == torch.float64 else torch.float32
+from . import strategies as S, truth
+from .spec import OPS, OpSpec, lookup, lse_dtype, register
+from .targets import torch as torch_target
 
 
-@dataclass(frozen=True)
-class Op:
-    """name: the function a target offers; args: its tensor arguments; forward: for an explicit
-    VJP, the forward op whose output is its first argument; oracle: FP64 truth over the last axis;
-    out_dtype: output dtype from input dtype; reduces: the output drops the reduced axis."""
-
-    name: str
-    args: tuple
-    oracle: Callable
-    forward: Optional[str] = None
-    out_dtype: Callable = _same
-    reduces: bool = False
-
-    @property
-    def is_vjp(self) -> bool:
-        return self.forward is not None
+# ----------------------------------------------------------------------------------------------
+# edge rows (oracles/semantics.py) as each op's semantics: (what, args, options, expected outputs)
+# ----------------------------------------------------------------------------------------------
+def _t(values, dtype=torch.float64):
+    return torch.tensor(values, dtype=dtype)
 
 
-OPS = {
-    op.name: op
-    for op in (
-        Op("softmax", ("x",), oracles.softmax),
-        Op("log_softmax", ("x",), oracles.log_softmax),
-        Op("logsumexp", ("x",), oracles.logsumexp, out_dtype=_lse_dtype, reduces=True),
-        Op("softmax_backward", ("y", "dy"), oracles.softmax_backward, forward="softmax"),
-        Op("log_softmax_backward", ("z", "dz"), oracles.log_softmax_backward, forward="log_softmax"),
-        # merges of two (x, lse) states; return (x, lse). Drawn as MergeCase (properties/case.py)
-        Op("softmax_merge", ("p_a", "lse_a", "p_b", "lse_b"), oracles.softmax_merge),
-        Op("attention_merge", ("o_a", "lse_a", "o_b", "lse_b"), oracles.attention_merge),
-        # N-way merge of S states stacked along axis -2 (o) / -1 (lse); drawn as a StatesCase
-        Op("merge_states", ("o", "lse"), oracles.merge_states),
-        # cross-entropy: keyword options (ignore_index, reduction, label_smoothing); drawn as a
-        # CECase (properties/case.py), checked by the ce_* invariants
-        Op("cross_entropy", ("logits", "target"), oracles.ce.cross_entropy),
-        Op("cross_entropy_backward", ("logits", "target", "dloss"), oracles.ce.cross_entropy_backward),
-    )
-}
+def _row(values):
+    return _t(values).reshape(1, len(values))
 
+
+def _forward_rows(column):
+    return tuple((what, (_row(row),), {}, (_t([out]).reshape(1, -1) if isinstance(out, list) else _t([out]),))
+                 for what, row, *outs in oracles.SEMANTICS for out in (outs[column],))
+
+
+def _merge_rows(column):
+    """MERGE_SEMANTICS rows for softmax_merge (column 0: p) or attention_merge (column 1: o)."""
+    rows = []
+    for what, la, xa, lb, xb, *outs in oracles.MERGE_SEMANTICS:
+        values, lse = outs[column], outs[2]
+        if values is None:
+            continue
+        args = (_row(xa), _t([la]), _row(xb), _t([lb]))
+        rows.append((what, args, {}, (_row(values), _t([lse]))))
+    return tuple(rows)
+
+
+def _states_rows():
+    """attention_merge's rows of MERGE_SEMANTICS as N-way merges of two states (an empty state's
+    values are dropped, NaN included: the table's identities)."""
+    rows = []
+    for what, la, xa, lb, xb, _, o, lse in oracles.MERGE_SEMANTICS:
+        if o is None or not xa or not xb:
+            continue
+        rows.append((what, (_t([[[xa[0]], [xb[0]]]]), _t([[la, lb]])), {}, (_t([[o]]), _t([lse]))))
+    return tuple(rows)
+
+
+def _ce_rows(backward: bool):
+    rows = []
+    for what, logits, tgt, eps, red, loss, grad, _ in oracles.CE_SEMANTICS:
+        V = len(logits[0]) if logits else 3
+        x, t = _t(logits).reshape(-1, V), _t(tgt, torch.int64)
+        options = dict(reduction=red, label_smoothing=eps)
+        if backward:
+            dloss = torch.ones(t.shape if red == "none" else (), dtype=torch.float64)
+            rows.append((what, (x, t, dloss), options, (_t(grad).reshape(x.shape),)))
+        else:
+            rows.append((what, (x, t), options, (_t(loss),)))
+    return tuple(rows)
+
+
+def _class_indices(x: torch.Tensor):
+    """A cross-entropy call around float64 logits x: class 0 for every row."""
+    return (x, torch.zeros(x.shape[:-1], dtype=torch.int64, device=x.device)), {}
+
+
+# ----------------------------------------------------------------------------------------------
+# the ops, in the order the suite lists them
+# ----------------------------------------------------------------------------------------------
+_SOFTMAX_FAMILY = dict(family="softmax", truth=truth.logits_truth, cases=S.logit_case, many_rows=S.many_row_logit_case,
+                       has_dim=True)
+
+register(OpSpec("softmax", args=("x",), oracle=oracles.softmax, reference=truth.softmax_reference,
+                differentiable=True, out_range=(0.0, 1.0), normalized=True, grad_truth=truth.normalized_grad_truth,
+                semantics=_forward_rows(0), torch_ref=torch_target.softmax, **_SOFTMAX_FAMILY))
+register(OpSpec("log_softmax", args=("x",), oracle=oracles.log_softmax, reference=truth.log_softmax_reference,
+                differentiable=True, out_range=(-math.inf, 0.0), grad_truth=truth.normalized_grad_truth,
+                semantics=_forward_rows(1), torch_ref=torch_target.log_softmax, **_SOFTMAX_FAMILY))
+register(OpSpec("logsumexp", args=("x",), oracle=oracles.logsumexp, reference=truth.logsumexp_reference,
+                out_dtype=lse_dtype, reduces=True, differentiable=True, grad_truth=truth.logsumexp_grad_truth,
+                semantics=_forward_rows(2), torch_ref=torch_target.logsumexp, **_SOFTMAX_FAMILY))
+register(OpSpec("softmax_backward", args=("y", "dy"), oracle=oracles.softmax_backward, forward="softmax",
+                reference=truth.softmax_backward_reference, torch_ref=torch_target.softmax_backward, **_SOFTMAX_FAMILY))
+register(OpSpec("log_softmax_backward", args=("z", "dz"), oracle=oracles.log_softmax_backward, forward="log_softmax",
+                reference=truth.log_softmax_backward_reference, torch_ref=torch_target.log_softmax_backward,
+                **_SOFTMAX_FAMILY))
+
+# merges of two (x, lse) states, returning (x, lse); drawn as a MergeCase (a row's chunk states
+# and a merge tree over them)
+register(OpSpec("softmax_merge", "merge", ("p_a", "lse_a", "p_b", "lse_b"), oracles.softmax_merge, truth.merge_truth,
+                S.merge_case, S.many_row_merge_case, semantics=_merge_rows(0), torch_ref=torch_target.softmax_merge))
+register(OpSpec("attention_merge", "merge", ("o_a", "lse_a", "o_b", "lse_b"), oracles.attention_merge,
+                truth.merge_truth, S.merge_case, S.many_row_merge_case, semantics=_merge_rows(1),
+                torch_ref=torch_target.attention_merge))
+# the N-way merge of S states stacked along axis -2 (o) / -1 (lse); drawn as a StatesCase
+register(OpSpec("merge_states", "merge_states", ("o", "lse"), oracles.merge_states, truth.states_truth, S.states_case,
+                S.many_row_states_case, semantics=_states_rows()))
+
+# cross-entropy with class-index targets and keyword options (ignore_index, reduction,
+# label_smoothing); drawn as a CECase
+register(OpSpec("cross_entropy", "cross_entropy", ("logits", "target"), oracles.ce.cross_entropy,
+                truth.cross_entropy_truth, S.ce_case, S.many_row_ce_case, differentiable=True,
+                grad_truth=truth.cross_entropy_grad_truth, sample=_class_indices, semantics=_ce_rows(False),
+                torch_ref=torch_target.cross_entropy))
+register(OpSpec("cross_entropy_backward", "cross_entropy", ("logits", "target", "dloss"),
+                oracles.ce.cross_entropy_backward, truth.cross_entropy_truth, S.ce_case, S.many_row_ce_case,
+                forward="cross_entropy", semantics=_ce_rows(True), torch_ref=torch_target.cross_entropy_backward))
+
+
+# ----------------------------------------------------------------------------------------------
+# the target
+# ----------------------------------------------------------------------------------------------
 # exceptions a target may raise to refuse an input it does not support (the example is then
 # discarded); a module can narrow this with SUITE_REFUSALS, as the project's own kernels do (none)
 DEFAULT_REFUSALS = (NotImplementedError, ValueError, TypeError)
 
 
 class Target:
-    """The module under test. Functions reduce over the last axis; missing ones are skipped
-    (cross_entropy and cross_entropy_backward included)."""
+    """The module under test (its import name, or the module itself). Functions reduce over the
+    last axis; missing ones are skipped."""
 
-    def __init__(self, module_name: str):
-        self.name = module_name
-        try:
-            self.module = importlib.import_module(module_name)
-        except ImportError as e:
-            raise ImportError(f"--target {module_name!r} could not be imported: {e}") from e
+    def __init__(self, module):
+        if isinstance(module, types.ModuleType):
+            self.name, self.module = module.__name__, module
+        else:
+            self.name = module
+            try:
+                self.module = importlib.import_module(module)
+            except ImportError as e:
+                raise ImportError(f"--target {module!r} could not be imported: {e}") from e
         self.refusals = tuple(getattr(self.module, "SUITE_REFUSALS", DEFAULT_REFUSALS))
         self.device = "cpu"
         self._autograd = {}
@@ -93,14 +160,16 @@ class Target:
         return self.fn(op_name)(*tensors, **kw)
 
     def supports_autograd(self, op_name: str) -> bool:
-        """True when the op returns a differentiable output for a float64 input (cross_entropy:
-        for float64 logits and class indices)."""
+        """True when the op returns a differentiable output for a float64 input (its spec's sample
+        call around a (2, 3) float64 tensor that requires grad)."""
         if op_name not in self._autograd:
             try:
                 x = torch.zeros(2, 3, dtype=torch.float64, device=self.device, requires_grad=True)
-                args = (x, torch.zeros(2, dtype=torch.int64, device=self.device)) if op_name == "cross_entropy" else (x,)
-                self._autograd[op_name] = bool(self.call(op_name, *args).requires_grad)
+                args, kwargs = lookup(op_name).sample(x)
+                self._autograd[op_name] = bool(self.call(op_name, *args, **kwargs).requires_grad)
             except Exception:
                 self._autograd[op_name] = False
         return self._autograd[op_name]
 
+
+__all__ = ["OPS", "DEFAULT_REFUSALS", "Target"]

@@ -151,7 +151,7 @@ def load(path: str):
     """(invariant name, case, target name) from a replay file; ValueError naming what is wrong."""
     import runpy
 
-    from .case import Case, CECase, MergeCase
+    from .spec import OPS
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such file")
     scope = runpy.run_path(path, run_name="properties_replay_file")
@@ -159,8 +159,8 @@ def load(path: str):
     if missing:
         raise ValueError(f"{path}: not a replay file (no {', '.join(missing)})")
     case = scope["CASE"]
-    if not isinstance(case, (Case, CECase, MergeCase)):
-        raise ValueError(f"{path}: CASE must be a Case, CECase or MergeCase, got {type(case).__name__}")
+    if getattr(case, "op", None) not in OPS or not hasattr(case, "tensors"):
+        raise ValueError(f"{path}: CASE must be a case of a registered op ({', '.join(OPS)}), got {case!r:.200}")
     return scope["INVARIANT"], case, scope["TARGET"]
 
 
@@ -172,16 +172,12 @@ def replay(invariant: str, case, target_name: str):
     from hypothesis.errors import Unsatisfiable
 
     from . import interpreter
-    from .invariants import REGISTRY
+    from .invariants import law
     from .ops import Target
-    from .test_properties import _skip_reason
 
     if interpreter.interpreting():
         interpreter.install()
-    invs = {inv.name: inv for inv in REGISTRY}
-    if invariant not in invs:
-        raise ValueError(f"unknown invariant {invariant!r} (properties/invariants.py has: {', '.join(sorted(invs))})")
-    inv = invs[invariant]
+    inv = law(invariant)
     if case.op not in inv.ops:
         raise ValueError(f"invariant {invariant} does not apply to op {case.op!r} (it checks {', '.join(inv.ops)})")
 
@@ -198,7 +194,7 @@ def replay(invariant: str, case, target_name: str):
     target = Recording(target_name)
     target.device = "cuda" if torch.cuda.is_available() and not interpreter.interpreting() else "cpu"
     target.record = False
-    reason = _skip_reason(inv, case.op, target)
+    reason = inv.skip_reason(case.op, target)
     if reason:
         return "SKIP", reason
 

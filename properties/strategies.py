@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from .case import CECase, Case, LSE_LAYOUTS, MERGE_OPS, STATES_LSE_LAYOUTS, STATES_OP, MergeCase, StatesCase, built
-from .ops import OPS
+from .case import CECase, Case, LSE_LAYOUTS, STATES_LSE_LAYOUTS, MergeCase, StatesCase, built
+from .spec import lookup
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _BITS_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -404,29 +404,44 @@ MASKED_CHUNKS = "masked_chunks"  # a marker family: rows past 2**k with whole -i
 
 @st.composite
 def cases(draw, op_name, families=None, max_cols=None):
-    """A Case for op_name: dtype, then its inputs (an explicit VJP's first argument is the rounded
-    FP64 forward of drawn logits; its cotangent is drawn on the same shape). The marker families
-    MANY_ROWS and MASKED_CHUNKS draw those shapes instead (for the laws that name them)."""
+    """A case for op_name, drawn by its spec (OpSpec.cases; properties/ops.py). The marker family
+    MANY_ROWS draws thousands of short rows instead (OpSpec.many_rows), for the laws that name it."""
     if families and MANY_ROWS in families:
         return draw(many_rows_cases(op_name))
-    if op_name in MERGE_OPS:
-        return draw(merge_cases(op_name, families, max_cols))
-    if op_name == STATES_OP:
-        return draw(states_cases(families, max_cols))
-    if op_name in CE_OPS:
-        return draw(ce_cases(op_name, families, max_cols))
-    op = OPS[op_name]
+    spec = lookup(op_name)
+    return spec.cases(draw, spec, families, max_cols)
+
+
+def logit_case(draw, spec, families=None, max_cols=None):
+    """The case of an op of the softmax family (OpSpec.cases): dtype, then its inputs (an explicit
+    VJP's first argument is the rounded FP64 forward of drawn logits; its cotangent is drawn on the
+    same shape). The marker family MASKED_CHUNKS draws rows past 2**k with whole -inf chunks."""
     dtype = draw(dtypes(), label="dtype")
     if families and MASKED_CHUNKS in families:
-        return Case(op_name, dtype, (draw(masked_chunks_input(dtype), label=op.args[0]),))
-    first = draw(inputs(dtype, BOUNDARIES.values, families or FAMILIES, max_cols=max_cols), label=op.args[0])
-    if not op.is_vjp:
-        return Case(op_name, dtype, (first,))
+        return Case(spec.name, dtype, (draw(masked_chunks_input(dtype), label=spec.args[0]),))
+    first = draw(inputs(dtype, BOUNDARIES.values, families or FAMILIES, max_cols=max_cols), label=spec.args[0])
+    if not spec.is_vjp:
+        return Case(spec.name, dtype, (first,))
     lay = first.layout if first.layout.kind == "expanded" else draw(
-        layouts().filter(lambda l: l.kind != "expanded"), label=op.args[1] + "_layout")
+        layouts().filter(lambda l: l.kind != "expanded"), label=spec.args[1] + "_layout")
     lg = draw(logits(first.logits.rows, first.logits.cols, dtype, VJP_SECOND_FAMILIES, BOUNDARIES.values),
-              label=op.args[1])
-    return Case(op_name, dtype, (first, Input(lg, first.batch, lay)))
+              label=spec.args[1])
+    return Case(spec.name, dtype, (first, Input(lg, first.batch, lay)))
+
+
+def merge_case(draw, spec, families=None, max_cols=None):
+    """The case of a binary merge (OpSpec.cases): a MergeCase (merge_cases)."""
+    return draw(merge_cases(spec.name, families, max_cols))
+
+
+def states_case(draw, spec, families=None, max_cols=None):
+    """The case of merge_states (OpSpec.cases): a StatesCase (states_cases)."""
+    return draw(states_cases(families, max_cols))
+
+
+def ce_case(draw, spec, families=None, max_cols=None):
+    """The case of cross_entropy or its backward (OpSpec.cases): a CECase (ce_cases)."""
+    return draw(ce_cases(spec.name, families, max_cols))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -479,24 +494,38 @@ def _flat_layouts():
 
 @st.composite
 def many_rows_cases(draw, op_name):
-    """A case of op_name with many short rows: row length from MANY_ROW_COLS (for the merges:
-    few keys and values; cross-entropy: V), row count from many_rows_count, one batch axis,
-    layouts without a stride-0 axis. Drawn by the laws with families=(MANY_ROWS,)."""
-    if op_name in MERGE_OPS:
-        return draw(merge_cases(op_name, many_rows=True))
-    if op_name == STATES_OP:
-        return draw(states_cases(many_rows=True))
-    if op_name in CE_OPS:
-        return draw(ce_cases(op_name, many_rows=True))
-    op = OPS[op_name]
+    """A case of op_name with many short rows, drawn by its spec (OpSpec.many_rows): row length
+    from MANY_ROW_COLS (for the merges: few keys and values; cross-entropy: V), row count from
+    many_rows_count, one batch axis, layouts without a stride-0 axis. Drawn by the laws with
+    families=(MANY_ROWS,)."""
+    spec = lookup(op_name)
+    if spec.many_rows is None:
+        raise ValueError(f"op {op_name!r} draws no many-rows cases (its OpSpec.many_rows is None)")
+    return spec.many_rows(draw, spec)
+
+
+def many_row_logit_case(draw, spec):
+    """The many-rows case of an op of the softmax family (OpSpec.many_rows)."""
     dtype = draw(dtypes(), label="dtype")
     cols = draw(st.sampled_from(MANY_ROW_COLS), label="cols")
     n = draw(many_rows_count(cols), label="rows")
-    first = Input(draw(many_row_logits(n, cols, dtype), label=op.args[0]), (n,), draw(_flat_layouts(), label="layout"))
-    if not op.is_vjp:
-        return Case(op_name, dtype, (first,))
-    lg = draw(logits(n, cols, dtype, VJP_SECOND_FAMILIES, BOUNDARIES.values), label=op.args[1])
-    return Case(op_name, dtype, (first, Input(lg, (n,), draw(_flat_layouts(), label=op.args[1] + "_layout"))))
+    first = Input(draw(many_row_logits(n, cols, dtype), label=spec.args[0]), (n,), draw(_flat_layouts(), label="layout"))
+    if not spec.is_vjp:
+        return Case(spec.name, dtype, (first,))
+    lg = draw(logits(n, cols, dtype, VJP_SECOND_FAMILIES, BOUNDARIES.values), label=spec.args[1])
+    return Case(spec.name, dtype, (first, Input(lg, (n,), draw(_flat_layouts(), label=spec.args[1] + "_layout"))))
+
+
+def many_row_merge_case(draw, spec):
+    return draw(merge_cases(spec.name, many_rows=True))
+
+
+def many_row_states_case(draw, spec):
+    return draw(states_cases(many_rows=True))
+
+
+def many_row_ce_case(draw, spec):
+    return draw(ce_cases(spec.name, many_rows=True))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -680,7 +709,6 @@ def states_cases(draw, families=None, max_cols=None, many_rows=False):
 # cross-entropy: logits (a Logits recipe + batch + Layout, as above), class-index targets,
 # options, and the cotangent dloss. Drawn into a CECase (properties/case.py).
 # ==============================================================================================
-CE_OPS = ("cross_entropy", "cross_entropy_backward")
 REDUCTIONS = ("mean", "none", "sum")
 CONFIDENT = "confident"  # a CE-only family: each row's target logit far above the rest (see below)
 OUT_OF_RANGE = "out_of_range_target"  # a CE-only marker: one target outside [0, V)

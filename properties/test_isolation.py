@@ -21,13 +21,13 @@ from . import interpreter, isolation, replay
 from .case import Case, fail
 from .failures import (Differs, OutOfTolerance, PropertyFailure, Raised, TargetCrashed, UnexpectedFinite,
                        UnexpectedInf, UnexpectedNaN, WrongNonFinite, WrongOutput, failure_class)
-from .invariants import REGISTRY, WORST_ULP
+from .invariants import WORST_ULP, law
 from .ops import Target
 from .strategies import Input, Layout, Logits
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ON_GPU = torch.cuda.is_available() and not interpreter.interpreting()
-MATCHES_ORACLE = next(inv for inv in REGISTRY if inv.name == "matches_oracle")
+MATCHES_ORACLE = law("matches_oracle")
 
 
 def _case(cols: int, rows: int = 2, dtype=torch.float32) -> Case:
@@ -210,8 +210,7 @@ def test_cuda_errors_are_attributed_to_their_example(monkeypatch, raises, async_
     """The worker's CUDA path, without a GPU: torch.cuda.synchronize and the context probe are
     stand-ins. An error of the example's own launches ends that example (the worker synchronizes
     after every check), and a lost context makes it a crash, not an ordinary exception."""
-    from . import invariants
-    from .invariants import Invariant
+    from .invariants import Invariant, _registry
 
     def check(case, target):
         if raises == "fail":
@@ -223,7 +222,7 @@ def test_cuda_errors_are_attributed_to_their_example(monkeypatch, raises, async_
         if async_error:
             raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore")
 
-    monkeypatch.setattr(invariants, "REGISTRY", [Invariant("fake", check, ("softmax",))])
+    monkeypatch.setattr(_registry, "REGISTRY", [Invariant("fake", check, lambda op: op.name == "softmax")])
     monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
     monkeypatch.setattr(isolation, "_cuda_broken", lambda: "CUDA error: an illegal memory access was encountered" if sticky else "")
     got, payload, _ = isolation._check("fake", _case(2), SimpleNamespace(device="cuda", name="fake"), [])

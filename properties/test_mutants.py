@@ -23,8 +23,7 @@ from hypothesis import HealthCheck, Phase, errors, find, settings, strategies as
 from . import strategies as S
 from .case import PropertyFailure
 from .invariants import REGISTRY
-from .ops import Target
-from .test_properties import _skip_reason
+from .ops import OPS, Target
 
 MUTANTS = {  # module in properties/mutants -> the op it breaks
     "no_max_subtraction": "softmax",
@@ -125,7 +124,7 @@ def _search(module: str, op: str, device: str, max_examples: int, only=None, shr
     mutant = Target(module)
     mutant.device = device
     mutant.record = False  # keep the searches out of the suite's error statistics
-    invariants = [inv for inv in REGISTRY if op in inv.ops and _skip_reason(inv, op, mutant) is None
+    invariants = [inv for inv in REGISTRY if op in inv.ops and inv.skip_reason(op, mutant) is None
                   and (inv.name == only if only is not None else not SHAPE_FAMILIES & set(inv.families or ()))]
     assert invariants, f"no invariant {only or ''} applies to {module}.{op}"
     # draw (invariant, case) pairs exactly as the suite does, each invariant with its own inputs
@@ -229,9 +228,7 @@ def test_suite_catches_mutant(name, target):
     assert max(sizes) <= limit, f"{name}: caught by {inv.name}, but the shrunk counterexample still has {sizes} elements:\n{case}"
 
 
-@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward",
-                                "softmax_merge", "attention_merge", "merge_states", "cross_entropy",
-                                "cross_entropy_backward"])
+@pytest.mark.parametrize("op", list(OPS))
 def test_control_correct_kernels_are_not_caught(op, target):
     """The same search against the project's kernels finds nothing: a catch above is the mutant's
     bug, not the search's (this control once exposed two harness errors counted as catches). The
@@ -277,7 +274,7 @@ def test_zoo_covers_every_invariant(target):
         for inv in declared:
             assert inv in names, f"{name}.CAUGHT_BY names {inv!r}, which is not a registered invariant"
             assert op in names[inv].ops, f"{name}.CAUGHT_BY: {inv} does not apply to {op}"
-            reason = _skip_reason(names[inv], op, mutant)
+            reason = names[inv].skip_reason(op, mutant)
             assert reason is None, f"{name}.CAUGHT_BY: the suite skips {inv} on it ({reason})"
         covered |= set(declared)
     missing = sorted(set(names) - covered)

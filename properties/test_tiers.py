@@ -25,9 +25,17 @@ def test_every_law_has_a_tier_and_strict_laws_are_documented():
 
 def test_registration_rejects_bad_tiers_and_duplicates():
     with pytest.raises(ValueError, match="tier must be one of"):
-        invariant("softmax", tier="lenient")
+        invariant(_softmax, tier="lenient")
     with pytest.raises(ValueError, match="registered twice"):
-        invariant("softmax")(_named(REGISTRY[0].name))
+        invariant(_softmax)(_named(REGISTRY[0].name))
+    with pytest.raises(TypeError, match="applies must be a predicate on an OpSpec"):
+        invariant("softmax")
+    with pytest.raises(ValueError, match="needs: each entry must be"):
+        invariant(_softmax, needs=("gpu",))
+
+
+def _softmax(op):
+    return op.name == "softmax"
 
 
 def _named(name):

@@ -12,7 +12,7 @@ the project's Triton kernels and break only that step. A module may also offer t
 correct ops beside its broken one, so identities between ops can see the bug.
 
 Each module declares ``CAUGHT_BY``: the invariants that catch it on their own. Together the
-declarations cover every invariant in properties/invariants.py (test_zoo_covers_every_invariant),
+declarations cover every invariant in properties/invariants/ (test_zoo_covers_every_invariant),
 and each declared pair is checked by a search over that invariant alone
 (test_invariant_catches_mutant).
 """

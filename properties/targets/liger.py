@@ -25,7 +25,7 @@ store X_ptr gradient in X_ptr so we can save memory", ops/cross_entropy.py; the 
 the gradient). So ``cross_entropy_backward`` hands liger a clone: overwriting logits the user
 asked for a gradient of is liger's contract. ``cross_entropy`` (no gradient requested) hands
 liger the caller's logits themselves: a forward that writes into them is not in the contract, and
-the suite's ``ce_inputs_unmodified`` is left to catch it.
+the suite's ``inputs_unmodified`` is left to catch it.
 
 Declared refusals (``NotImplementedError``, the only ``SUITE_REFUSALS``), each from liger's code:
 

@@ -1,0 +1,227 @@
+"""What the laws share: calling the target (refusals discard an example), comparing an output with
+its truth or with another output, poisoned allocations, and the run's error statistics."""
+from __future__ import annotations
+
+import contextlib
+import math
+
+import hypothesis
+import torch
+from hypothesis import reject
+
+from .. import tolerances as T
+from ..failures import WrongOutput
+from ._registry import fail
+
+# (op, dtype) -> {statistic: largest value}: the oracle laws' error as a fraction of each tier's
+# bound, in ulps of the reference, and torch's own error on the same inputs (plugin summary)
+WORST_ULP: dict = {}
+
+
+class _Refusals:
+    """The target's refusals within one test: how many, and the first one's message, so a test
+    whose every example the target refused is skipped with the target's own reason."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.count, self.first = 0, None
+
+    def add(self, e: BaseException):
+        self.add_message(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+    def add_message(self, message: str):
+        """A refusal described by its message (one made in the isolation worker)."""
+        self.count += 1
+        if self.first is None and message:
+            self.first = message
+
+    def describe(self) -> str:
+        if not self.count:
+            return "the target refused none"
+        return f"the target refused {self.count} example(s), the first with {self.first}"
+
+
+refusals = _Refusals()
+
+
+# ----------------------------------------------------------------------------------------------
+# calling the target
+# ----------------------------------------------------------------------------------------------
+def run(target, op, *tensors, **kw):
+    """Call the target; a declared refusal discards the example, anything else propagates."""
+    try:
+        return target.call(op, *tensors, **kw)
+    except target.refusals as e:
+        refusals.add(e)
+        reject()
+
+
+def op_call(case, target, *tensors, **overrides):
+    """One call of the case's op on these tensors, with the case's keyword options (overridden by
+    `overrides`)."""
+    return run(target, case.op, *tensors, **{**case.kwargs(), **overrides})
+
+
+def call_op(case, target, tensors, **overrides):
+    """The op's result on the case's argument tensors as the case evaluates it (one call, or a
+    merge tree of calls), each call with the case's options (overridden by `overrides`)."""
+    return case.evaluate(lambda *a, **kw: run(target, case.op, *a, **{**kw, **overrides}), tensors)
+
+
+def outputs(out) -> tuple:
+    """A result as a tuple of its outputs (one tensor, or a tuple such as a merge's (x, lse))."""
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+@contextlib.contextmanager
+def poisoned_allocations():
+    """torch.empty and friends return NaN-filled memory (torch's deterministic-mode fill)."""
+    import torch.utils.deterministic as det
+    prev = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+            det.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    det.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
+        det.fill_uninitialized_memory = prev[2]
+
+
+def storage_bases(tensors) -> list:
+    """The tensors whose storage each tensor views (itself when it is no view)."""
+    return [t._base if t._base is not None else t for t in tensors]
+
+
+# ----------------------------------------------------------------------------------------------
+# comparing
+# ----------------------------------------------------------------------------------------------
+def worst(bad: torch.Tensor, score: torch.Tensor):
+    """Index of the worst failing element (largest score among the bad ones)."""
+    s = torch.where(bad, torch.nan_to_num(score.double(), nan=math.inf, posinf=math.inf), -1.0)
+    flat = int(torch.argmax(s.reshape(-1)))
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), bad.shape))
+
+
+def finite_rows(t: torch.Tensor) -> torch.Tensor:
+    return torch.isfinite(t.double()).all(-1)
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Element-wise: equal values with equal signs (so -0.0 != 0.0), or both NaN."""
+    a, b = a.double(), b.double()
+    return ((a == b) & (torch.signbit(a) == torch.signbit(b))) | (torch.isnan(a) & torch.isnan(b))
+
+
+def assert_close(case, target, out, ref, tol, what, call=None, only=None, dtype=None, out_name="out"):
+    """out within tol of ref (tolerances.compare) for an output of dtype (default: the op's output
+    dtype); only: a bool mask (broadcast to ref) of the elements the law covers, None for all."""
+    bad = T.compare(out, ref, tol, dtype or case.spec.out_dtype(case.dtype))
+    if only is not None:
+        bad = bad & only
+    if bool(bad.any()):
+        i = worst(bad, (out.double() - ref).abs() / tol.clamp_min(1e-300))
+        of = "" if out_name == "out" else f" of {out_name}"
+        fail(case, target, f"{what}: {int(bad.sum())} of {bad.numel()} elements{of} out of bounds",
+             i, ref[i], out[i], tol[i], call, out_name=out_name)
+
+
+def assert_bitwise(case, target, a, b, what, call=None, out_name="out"):
+    """a and b of the same shape and dtype hold equal values (-0.0 == 0.0) or NaN alike."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        fail(case, target, f"{what}: shape/dtype {tuple(a.shape)}/{a.dtype} vs {tuple(b.shape)}/{b.dtype}", call=call,
+             kind=WrongOutput)
+    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
+    if not bool(same.all()):
+        i = worst(~same, (a.double() - b.double()).abs())
+        fail(case, target, f"{what}: {int((~same).sum())} elements differ bitwise", i, b[i], a[i], call=call,
+             out_name=out_name)
+
+
+def assert_structure(case, target, out, want, what, call=None):
+    """out is the outputs described by want, [(name, shape, dtype, device)] (one entry: a tensor;
+    more: a tuple or list of tensors)."""
+    outs = outputs(out) if len(want) > 1 else (out,)
+    ok = len(outs) == len(want) and all(isinstance(t, torch.Tensor) for t in outs)
+    have = [(tuple(t.shape), t.dtype, t.device) for t in outs] if ok else type(out)
+    expect = [(tuple(shape), dtype, device) for _, shape, dtype, device in want]
+    if not ok or have != expect:
+        names = want[0][0] if len(want) == 1 else f"({', '.join(n for n, *_ in want)})"
+        fail(case, target, f"{what}: expected {names} with (shape, dtype, device) "
+             f"{expect[0] if len(want) == 1 else expect}; got {have[0] if ok and len(want) == 1 else have}",
+             call=call, kind=WrongOutput)
+
+
+def expect_outputs(case, target, out, truth, what="outputs", call=None):
+    """out has the outputs truth describes: their number, shapes, dtypes and device."""
+    assert_structure(case, target, out, [(e.name, e.ref.shape, e.dtype, e.ref.device) for e in truth.outputs], what,
+                     call)
+
+
+def check_outputs(case, target, out, truth, call=None, args=None, record=False):
+    """out (the target's result) against truth: its outputs' structure, then each output within
+    its bound on the elements the tier judges. record: add the error to the run's statistics (the
+    default tier's oracle laws; args: the call's arguments, for the strict fraction and torch's
+    own error)."""
+    expect_outputs(case, target, out, truth, call=call)
+    if record:
+        record_error(case, target, args, out, truth)
+    for got, e in zip(outputs(out), truth.outputs):
+        assert_close(case, target, got, e.ref, e.tol, e.what, call, only=e.only, dtype=e.dtype, out_name=e.name)
+
+
+def check_oracle(case, target, poisoned=False, strict=False):
+    """The oracle law of any op: the call's outputs equal the FP64 truth of its spec within the
+    tier's bound (strict: the strict tier's). poisoned: under NaN-poisoned allocations, so that an
+    output element never written reads NaN."""
+    args = case.tensors(target.device)
+    with poisoned_allocations() if poisoned else contextlib.nullcontext():
+        out = call_op(case, target, args)
+    check_outputs(case, target, out, case.spec.truth(case, args, strict=strict), args=args, record=not strict)
+
+
+# ----------------------------------------------------------------------------------------------
+# the run's error statistics (the plugin's summary)
+# ----------------------------------------------------------------------------------------------
+def record_worst(op, dtype, **stats):
+    """Keep the largest value of each statistic per (op, dtype) for the run's summary."""
+    d = WORST_ULP.setdefault((op, str(dtype).replace("torch.", "")), {})
+    for k, v in stats.items():
+        if v == v:  # not NaN
+            d[k] = max(d.get(k, 0.0), float(v))
+
+
+def record_error(case, target, args, out, truth):
+    """Feed the run's summary with the first output's error: as a fraction of the default and
+    strict bounds, in ulps of the reference, and torch's own error on the same inputs as a
+    fraction of the default bound (PyTorch's OpInfo criterion: how close the target is next to how
+    close the reference library is; the spec's torch_ref). Steers Hypothesis towards the worst
+    case. args None: the default fraction and ulps only."""
+    got, e = outputs(out)[0], truth.outputs[0]
+    if not getattr(target, "record", True) or not isinstance(got, torch.Tensor) or got.shape != e.ref.shape:
+        return
+    fin = torch.isfinite(e.ref) & torch.isfinite(got.double())
+    if not bool(fin.any()):
+        return
+    err = (got.double() - e.ref).abs()[fin]
+    frac = (err / e.tol[fin].clamp_min(1e-300)).max().item()
+    stats = dict(default=frac, ulps=(err / T.ulp(e.ref[fin], e.dtype)).max().item())
+    spec = case.spec
+    if args is not None:
+        tol_s = spec.truth(case, args, strict=True).outputs[0].tol
+        stats["strict"] = (err / tol_s[fin].clamp_min(1e-300)).max().item()
+        if spec.torch_ref is not None and getattr(getattr(target, "module", None), case.op, None) is not spec.torch_ref:
+            try:
+                t_out = outputs(case.evaluate(spec.torch_ref, args))[0].double()
+                t_fin = fin & torch.isfinite(t_out)
+                if bool(t_fin.any()):
+                    stats["torch"] = ((t_out - e.ref).abs()[t_fin] / e.tol[t_fin].clamp_min(1e-300)).max().item()
+            except Exception:  # torch does not offer this case (e.g. a dtype on this device): no figure
+                pass
+    record_worst(case.op, case.dtype, **stats)
+    try:  # steer the search towards the worst case; only valid inside a @given test
+        hypothesis.target(frac, label=f"bound used {case.op} {str(case.dtype).replace('torch.', '')}")
+    except hypothesis.errors.InvalidArgument:
+        pass

@@ -1,0 +1,295 @@
+"""The laws of cross-entropy with class-index targets: cross_entropy and cross_entropy_backward,
+drawn as a CECase (properties/case.py: logits, class-index targets, the options, and for the
+backward the cotangent dloss). Every target call passes the case's keyword options
+(ignore_index, reduction, label_smoothing)."""
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import assume, reject
+
+import oracles
+
+from .. import tolerances as T
+from ..failures import WrongOutput
+from ..strategies import GRID_SHIFT, OUT_OF_RANGE
+from ..truth import ce_default_mask, ce_truth, reference
+from ._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
+from ._registry import fail, invariant
+
+
+def cross_entropy(op) -> bool:
+    return op.family == "cross_entropy"
+
+
+def loss(op) -> bool:
+    """The forward: the loss."""
+    return cross_entropy(op) and not op.is_vjp
+
+
+def gradient(op) -> bool:
+    """The explicit backward: the gradient of the loss times dloss."""
+    return cross_entropy(op) and op.is_vjp
+
+
+@invariant(cross_entropy, strict="ce_matches_oracle_strict")
+def ce_matches_oracle(case, target, strict=False):
+    """The loss (every reduction, label smoothing, ignored rows) and the gradient (times dloss,
+    strided or expanded) equal the FP64 oracle (oracles/cross_entropy.py) at the same rounded
+    inputs within the derived bounds (tolerances.ce_loss_bound, ce_reduced_bound, ce_grad_bound);
+    NaN exactly where the oracle has NaN, infinities exactly. Output dtype is the logits' dtype,
+    shape the loss's (forward) or the logits' (backward). default: the bound for any summation
+    order, on the outputs ce_default_mask covers; strict (ce_matches_oracle_strict): the bound at
+    the project's reduction depth on every output (an exactly zero gradient on ignored rows
+    holding NaN / inf; an overflow-free mean)."""
+    check_oracle(case, target, strict=strict)
+
+
+@invariant(loss)
+def ce_loss_nonnegative(case, target):
+    """loss >= 0 exactly (NaN aside), a semantic requirement like 0 <= softmax <= 1: the exact
+    loss is a sum of non-negative terms (lse - x_j with lse >= max x >= x_j), and a negative loss
+    is impossible to a user who logs or compares it. Formed as rounded differences fl(lse) - x_j
+    (rounding is monotone) it cannot go below 0; other formations can (an approximate log near
+    S = 1, a fused multiply-add, the mean of x), and then the kernel must clamp, as this project's
+    does. The bound is 0, not the oracle tolerance."""
+    args = case.tensors(target.device)
+    out = op_call(case, target, *args).double()
+    bad = out < 0
+    if bool(bad.any()):
+        i = worst(bad, -out)
+        fail(case, target, "negative loss", i, 0.0, out[i])
+
+
+@invariant(loss)
+def ce_loss_is_lse_minus_target_logit(case, target):
+    """Without smoothing, loss_i = logsumexp(x_i) - x_i[t_i] (reduction="none"), with logsumexp
+    the target's own when it has one (else the FP64 oracle). Bound: tol(cross_entropy) +
+    tol(logsumexp) (both against the same FP64 truth) + one rounding of the difference, on rows
+    that are counted and whose logits are finite."""
+    x, t = case.tensors(target.device)
+    assume(x[..., 0].numel() >= 1)
+    loss = op_call(case, target, x, t, reduction="none", label_smoothing=0.0).double()
+    lse = run(target, "logsumexp", x).double() if target.has("logsumexp") else oracles.logsumexp(x)
+    ign = t == case.ignore_index
+    tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
+    xt = torch.gather(x.double(), -1, tc[..., None])[..., 0]
+    rhs = lse - xt
+    _, tol_ce = ce_truth(case, [x, t], reduction="none", label_smoothing=0.0)
+    _, tol_lse = reference("logsumexp", case.dtype, [x])
+    tol = tol_ce + tol_lse + T.ulp(rhs.abs(), case.dtype)
+    rows = ~ign & finite_rows(x)
+    assume(bool(rows.any()))
+    rhs = torch.where(rows, rhs, loss)  # other rows: ce_matches_oracle's business
+    tol = torch.where(rows, tol, 0.0)  # (their bound can be NaN, e.g. an ignored all -inf row)
+    assert_close(case, target, loss, rhs, tol,
+                 "loss != logsumexp(x) - x[target]",
+                 f"out = target.{case.op}(logits, labels, ignore_index={case.ignore_index}, reduction='none')"
+                 f"  # vs target.logsumexp(logits) - logits.gather(-1, labels[..., None])")
+
+
+@invariant(loss)
+def ce_reductions_agree(case, target):
+    """mean * (number of counted rows) == sum == sum of reduction="none", each output within its
+    oracle bound, so: |sum - sum(none)| <= tol(sum) + sum tol(none) and |mean * count - sum| <=
+    count tol(mean) + tol(sum) (+ 2**-52 |sum| for forming mean * count in float64; at a quarter
+    scale where mean * count overflows float64). With no counted row, mean is NaN (0 / 0) and sum
+    is 0."""
+    x, t = case.tensors(target.device)
+    kw = dict(label_smoothing=case.label_smoothing)
+    none = op_call(case, target, x, t, reduction="none", **kw).double()
+    total = op_call(case, target, x, t, reduction="sum", **kw).double()
+    mean = op_call(case, target, x, t, reduction="mean", **kw).double()
+    _, tn = ce_truth(case, [x, t], reduction="none")
+    _, ts = ce_truth(case, [x, t], reduction="sum")
+    _, tm = ce_truth(case, [x, t], reduction="mean")
+    count = int((t != case.ignore_index).sum())
+    call = f"out = [target.{case.op}(logits, labels, reduction=r) for r in ('none', 'sum', 'mean')]"
+    # the sum is the output held to the others (formed in float64), so a sum that overflows the
+    # dtype where the float64 sum of the rows exceeds its range is accepted as infinity
+    assert_close(case, target, total, none.sum(), ts + tn.sum(), "sum != sum of reduction='none'", call)
+    if count == 0:
+        if not bool(torch.isnan(mean)):
+            fail(case, target, "mean over no counted rows is not NaN", (), math.nan, mean, call=call)
+        return
+    # float64 logits with a loss near finfo.max: mean * count can round past the range where the
+    # sum itself does not (e.g. sum = finfo.max, mean = max / 3, 3 * mean = inf);
+    # then both sides are compared at a quarter scale (a power of two: exact at that magnitude)
+    s = 0.25 if bool(torch.isinf(mean * count) & torch.isfinite(mean)) else 1.0
+    mc = (mean * s) * count
+    assert_close(case, target, total * s, mc,
+                 (count * tm + ts) * s + 2.0**-52 * torch.nan_to_num(mc.abs()), f"sum != mean * count ({count})", call)
+
+
+@invariant(gradient)
+def ce_gradient_rows_sum_to_zero(case, target):
+    """Each gradient row sums to 0: sum_j (p_j - (1 - eps)[j = t] - eps/V) = 1 - (1 - eps) - eps.
+    Bound: sum_j tol_j (each element within its oracle bound) + (V + 2) 2**-53 sum_j |ref_j| (the
+    oracle's own row sum). Rows with a non-finite reference are matches_oracle's business."""
+    args = case.tensors(target.device)
+    dx = op_call(case, target, *args).double()
+    ref, tol = ce_truth(case, args)
+    V = ref.shape[-1]
+    rows = torch.isfinite(ref).all(-1)
+    keep = ce_default_mask(case, args, ref.shape)  # ignored rows of NaN / inf logits: strict tier's
+    if keep is not None:
+        rows = rows & keep.all(-1)
+    total = dx.sum(-1)
+    bound = tol.sum(-1) + (V + 2) * 2.0**-53 * ref.abs().sum(-1)
+    bad = rows & ~(total.abs() <= bound)
+    if bool(bad.any()):
+        i = worst(bad, total.abs() / bound)
+        fail(case, target, "gradient row does not sum to 0", i, 0.0, total[i], bound[i])
+
+
+@invariant(cross_entropy, strict="ce_ignored_nonfinite_rows_zero_gradient")
+def ce_ignored_rows_do_not_count(case, target, strict=False):
+    """Rows whose target is ignore_index do not take part: overwriting their logits with NaN, +-inf
+    and the largest finite value leaves the output bitwise unchanged (loss, every reduction; the
+    gradient), and their gradient rows are exactly zero. Both calls get contiguous logits (so
+    only the ignored rows' values differ, not the memory layout). default: the gradient's ignored
+    rows are overwritten with finite values only (+-finfo.max, 0): with NaN / inf there torch's
+    gradient is NaN (0 * NaN in its log_softmax backward), a defensible choice; strict
+    (ce_ignored_nonfinite_rows_zero_gradient): NaN and +-inf too, and the gradient stays exactly 0
+    (this project's choice, oracles/semantics.py CE_SEMANTICS)."""
+    args = case.tensors(target.device)
+    # fresh allocations on both sides: a kernel may pick its code by alignment (the contiguous
+    # copy of a storage-offset view keeps the offset), and then its rounding may differ
+    x, t = args[0].clone(memory_format=torch.contiguous_format), args[1]
+    args = [x] + list(args[1:])
+    ign = t == case.ignore_index
+    assume(bool(ign.any()))
+    if case.spec.is_vjp and not strict:  # the gradient of ignored non-finite rows is the strict tier's
+        assume(bool(finite_rows(x)[ign].all()))
+        junk = [-torch.finfo(case.dtype).max, 0.0, torch.finfo(case.dtype).max]
+    else:
+        junk = [math.nan, math.inf, -math.inf, torch.finfo(case.dtype).max]
+    a = op_call(case, target, *args)
+    p = x.clone()
+    flat, fi = p.reshape(-1, p.shape[-1]), ign.reshape(-1)
+    for k, r in enumerate(fi.nonzero()[:, 0].tolist()):
+        flat[r] = junk[k % len(junk)]
+    b = op_call(case, target, p, *args[1:])
+    assert_bitwise(case, target, b, a, "ignored rows' logits changed the output",
+                   call=f"out = target.{case.op}(...)  # logits of ignored rows replaced by {'/'.join(map(str, junk))}")
+    if case.spec.is_vjp:
+        bad = ign[..., None].expand(a.shape) & (a != 0)
+        if bool(bad.any()):
+            i = worst(bad, a.double().abs())
+            fail(case, target, "an ignored row has a nonzero gradient", i, 0.0, a[i])
+
+
+def _same_layout(t: torch.Tensor, factor: float) -> torch.Tensor:
+    """factor * t with t's strides and storage offset (gaps of a strided view scaled too)."""
+    base = t._base if t._base is not None else t
+    return (base * factor).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+@invariant(gradient, strict="ce_gradient_linear_in_dloss_bitwise")
+def ce_gradient_linear_in_dloss(case, target, strict=False):
+    """The gradient is linear in dloss and depends on its values only: dx(4 dloss) == 4 dx(dloss),
+    dx(-dloss) == -dx(dloss), and a strided or expanded (stride-0) dloss gives the result of its
+    contiguous copy. default: within the oracle tolerances of both sides (torch's autograd forms
+    the smoothing term in the logits' dtype, where eps / V * dloss can be subnormal in float16, so
+    scaling dloss changes the rounding). strict (ce_gradient_linear_in_dloss_bitwise): bitwise,
+    since scaling by a power of two or by -1 is exact in binary floating point and a kernel forming
+    (softmax - onehot) * scale obeys it exactly; elements whose unscaled value is subnormal or
+    zero, or whose scaled value overflows, are excluded."""
+    x, t, dl = case.tensors(target.device)
+    a = op_call(case, target, x, t, dl)
+    call = "out = target.{op}(logits, labels, {arg}, ...)  # vs {vs}"
+    c = op_call(case, target, x, t, dl.contiguous())
+    _, tol = ce_truth(case, [x, t, dl])
+    layout_call = call.format(op=case.op, arg="dloss.contiguous()", vs="dloss as laid out")
+    if strict:
+        assert_bitwise(case, target, c, a, "dloss's layout changed the gradient", call=layout_call)
+    else:
+        assert_close(case, target, c, a.double(), 2 * tol, "dloss's layout changed the gradient", layout_call)
+    tiny, big = torch.finfo(case.dtype).tiny, torch.finfo(case.dtype).max
+    for f in (4.0, -1.0):
+        dlf = _same_layout(dl, f)
+        b = op_call(case, target, x, t, dlf).double()
+        want = a.double() * f
+        fcall = call.format(op=case.op, arg=f"{f} * dloss", vs=f"{f} * target.{case.op}(logits, labels, dloss)")
+        if not strict:
+            _, tol_f = ce_truth(case, [x, t, dlf])
+            assert_close(case, target, b, want, tol_f + abs(f) * tol, f"dx({f} * dloss) != {f} * dx(dloss)", fcall)
+            continue
+        # a above the smallest normal (a == tiny may be a subnormal rounded up on the coarser
+        # subnormal grid), the scaled value finite
+        exact = (a.double().abs() > tiny) & (want.abs() <= big)
+        same = (b == want) | (torch.isnan(b) & torch.isnan(want)) | ~exact
+        if not bool(same.all()):
+            i = worst(~same, (b - want).abs())
+            fail(case, target, f"dx({f} * dloss) != {f} * dx(dloss)", i, want[i], b[i], call=fcall)
+
+
+@invariant(cross_entropy, families=("grid",))
+def ce_shift_invariance(case, target):
+    """loss(x + c) == loss(x) and dx(x + c) == dx(x) for grid logits and an exact shift c (37.25,
+    bfloat16 37; strategies.GRID_SHIFT): the exact values are equal, so each side is held to its
+    own oracle bound: |a - b| <= tol(x) + tol(x + c)."""
+    args = case.tensors(target.device)
+    x = args[0]
+    c = GRID_SHIFT.get(case.dtype, 37.25)
+    xs = x.double() + c
+    assume(bool((xs.to(case.dtype).double() == xs)[~torch.isnan(xs)].all()))
+    xs = xs.to(case.dtype)
+    a = op_call(case, target, *args)
+    b = op_call(case, target, xs, *args[1:])
+    _, ta = ce_truth(case, args)
+    _, tb = ce_truth(case, [xs] + list(args[1:]))
+    assert_close(case, target, b, a.double(), ta + tb, f"shifting the logits by {c} changed the result",
+                 f"out = target.{case.op}(logits + {c}, ...)  # vs target.{case.op}(logits, ...)")
+
+
+@invariant(gradient, families=("confident",))
+def ce_confident_bf16_rows_keep_gradient(case, target):
+    """bfloat16 rows whose target logit dominates (1 - softmax_t in [e^-8, e^-7], below half a
+    bfloat16 ulp of 1; strategies._confident_logits) keep their target-column gradient
+    p_t - 1 = -(1 - p_t): it must match FP64 within its derived bound, and that bound is below a
+    quarter of |p_t - 1| (asserted), so a kernel that rounds softmax to bfloat16 before
+    subtracting the one-hot (getting 0) fails."""
+    x, t, dl = case.tensors(target.device)
+    ign = t == case.ignore_index
+    # the strict bound (the tree depth, no allowance for dtype-rounded log-probabilities): the law is
+    # that the target column keeps 1 - p_t, which that allowance would not resolve
+    ref, tol = ce_truth(case, [x, t, dl], depth=T.depth, strict=True)
+    tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
+    rt = torch.gather(ref, -1, tc[..., None])[..., 0]
+    tt = torch.gather(tol, -1, tc[..., None])[..., 0]
+    # rows whose gradient a tiny dloss pushed below 2**-100 are skipped: there the bfloat16 output
+    # is subnormal or close to it, and no bound resolves 1 - p_t (seen with dloss = 2**-126)
+    rows = ~ign & (rt.abs() >= 2.0**-100) & torch.isfinite(rt)
+    assume(bool(rows.any()))
+    assert bool((tt[rows] < rt[rows].abs() / 4).all()), "harness: the bound does not resolve 1 - p_t"
+    dx = op_call(case, target, x, t, dl)
+    if not isinstance(dx, torch.Tensor) or tuple(dx.shape) != tuple(x.shape):
+        fail(case, target, f"gradient shape {tuple(dx.shape) if isinstance(dx, torch.Tensor) else type(dx)}",
+             kind=WrongOutput)
+    out = torch.gather(dx.double(), -1, tc[..., None])[..., 0]
+    out, rt, tt = torch.where(rows, out, 0.0), torch.where(rows, rt, 0.0), torch.where(rows, tt, 1.0)
+    assert_close(case, target, out, rt, tt,
+                 "target-column gradient of a confident bfloat16 row lost (softmax rounded before the one-hot?)")
+
+
+@invariant(cross_entropy, families=(OUT_OF_RANGE,), strict="ce_out_of_range_target_named")
+def ce_out_of_range_target_raises(case, target, strict=False):
+    """A target outside [0, V) that is not ignore_index raises instead of returning a result
+    (inputs: strategies.ce_targets(invalid=True)). default: any exception (torch on CUDA raises a
+    device-side assert, by design: an index check on the host would cost a synchronization);
+    strict (ce_out_of_range_target_named): a Python exception whose message names the target, and
+    no device-side crash."""
+    args = case.tensors(target.device)
+    assume(args[1].numel() >= 1)
+    try:
+        out = case.call(target, *args)
+    except Exception as e:  # noqa: BLE001 - any clear Python exception is the law
+        if isinstance(e, target.refusals) and "target" not in str(e).lower():
+            reject()  # a declared refusal of something else (e.g. a dtype the target does not offer)
+        if strict and "target" not in str(e).lower():
+            fail(case, target, f"raised {type(e).__name__} without naming the target: {e}")
+        return
+    fail(case, target,
+         f"an out-of-range target returned a result instead of raising: {out if out.numel() <= 4 else out.shape}")

@@ -1,0 +1,172 @@
+"""The generic laws: written once, over op specs, they hold for every op (or every op with the
+attribute they select by), whatever its family. A new op gets them from its spec alone."""
+from __future__ import annotations
+
+import math
+import warnings
+import zlib
+
+import torch
+from hypothesis import assume
+
+from .. import tolerances as T
+from ..strategies import MANY_ROWS
+from ._checks import (assert_bitwise, call_op, check_oracle, expect_outputs, outputs, poisoned_allocations,
+                      storage_bases, worst)
+from ._registry import fail, invariant
+
+
+def every_op(op) -> bool:
+    return True
+
+
+@invariant(every_op)
+def inputs_unmodified(case, target):
+    """The op leaves its inputs bitwise unchanged, and the storage they view (the NaN gaps of
+    strided buffers included): a merge tree leaves every chunk state unchanged, cross-entropy its
+    logits, targets and dloss."""
+    args = case.tensors(target.device)
+    bases = storage_bases(args)
+    before = [b.clone() for b in bases]
+    call_op(case, target, args)
+    for name, b0, b1 in zip(case.tensor_names(), before, bases):
+        assert_bitwise(case, target, b1, b0, f"{name} (or its storage) was modified")
+
+
+@invariant(every_op)
+def all_outputs_written(case, target):
+    """Under NaN-poisoned allocations (torch.empty returns NaN), every output has NaN exactly where
+    the FP64 oracle has, on the elements the default tier judges (the spec's truth): an element
+    or row the kernel forgot to write stays NaN. Merge cases feed their empty states' natural
+    values (the default tier's)."""
+    case = case.natural()
+    args = case.tensors(target.device)
+    with poisoned_allocations():
+        out = call_op(case, target, args)
+    truth = case.spec.truth(case, args)
+    expect_outputs(case, target, out, truth)
+    for got, e in zip(outputs(out), truth.outputs):
+        bad = torch.isnan(got.double()) != torch.isnan(e.ref)
+        if e.only is not None:
+            bad = bad & e.only
+        if bool(bad.any()):
+            i = worst(bad, torch.ones_like(e.ref))
+            fail(case, target, "NaN pattern differs from the oracle under poisoned allocations", i, e.ref[i], got[i],
+                 out_name=e.name)
+
+
+@invariant(every_op)
+def deterministic(case, target):
+    """Two calls on the same input give bitwise equal results."""
+    args = case.tensors(target.device)
+    a = call_op(case, target, args)
+    b = call_op(case, target, args)
+    for x, y in zip(outputs(b), outputs(a)):
+        assert_bitwise(case, target, x, y, "repeat call differs")
+
+
+@invariant(every_op)
+def output_dtype_and_shape(case, target):
+    """Every output has the shape, dtype and device the op's spec gives (its truth): the input's
+    dtype and shape (logsumexp: float32 for 16/32-bit input, float64 for float64, without the
+    last axis; a merge's lse likewise; a loss: the targets' shape for reduction="none", else ()),
+    on the input's device."""
+    args = case.tensors(target.device)
+    out = call_op(case, target, args)
+    expect_outputs(case, target, out, case.spec.truth(case, args), "wrong outputs")
+
+
+def draws_many_rows(op) -> bool:
+    return op.many_rows is not None
+
+
+@invariant(draws_many_rows, families=(MANY_ROWS,))
+def many_rows_match_oracle(case, target):
+    """Thousands of short rows (2**k and 2**k +- 1 rows up to the profile's element budget, rows
+    of 1 to 32 elements: strategies.many_rows_cases) match the FP64 oracle within the same bounds
+    as few rows do (each op's oracle law: matches_oracle, merge_tree_matches_one_shot,
+    merge_states_matches_one_shot, ce_matches_oracle), under NaN-poisoned allocations. A kernel
+    that tiles rows per program and miscounts its programs leaves tail rows unwritten (NaN) or
+    drops them from a mean; a reduction whose per-row terms are stored in a 16-bit dtype loses
+    them when there are many (each term is loss / N). The cross-entropy cases draw "mean" half the
+    time, and rows that repeat one pattern, so that an error made alike in every row adds up.
+    Tier default: batches of thousands of rows are the common case of every op."""
+    check_oracle(case.natural(), target, poisoned=True)
+
+
+def _seeded(case, salt: str, shape, dtype, device) -> torch.Tensor:
+    """Normal values rounded to dtype, seeded by the case's recipe (a replay gets the same)."""
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{salt}:{case!r}".encode()))
+    return torch.randn(tuple(shape), generator=gen, dtype=torch.float64).to(dtype).to(device)
+
+
+def has_grad_truth(op) -> bool:
+    return op.differentiable and op.grad_truth is not None
+
+
+@invariant(has_grad_truth, needs=("autograd",), max_cols=128)
+def autograd_composition(case, target):
+    """Autograd through the op composes: the same input x (a leaf, as laid out) feeds two calls
+    (two outputs, or two losses for cross_entropy) and x.grad already holds G0; after
+    torch.autograd.backward of both with cotangents g1, g2 (seeded by the case), x.grad ==
+    G0 + VJP(g1) + VJP(g2) against the FP64 VJP of the op's spec (grad_truth: softmax,
+    log_softmax: torch's float64 ops; logsumexp: the FP64 oracle's softmax times g; cross_entropy:
+    the FP64 oracle's gradient, oracles/cross_entropy.py, which test_meta checks against torch's),
+    each VJP within its bound and the two additions in the dtype within an ulp of their largest
+    partial sum. x and its storage, the other arguments, and the outputs the caller holds are
+    bitwise unchanged by the backward. An explicit backward function cannot show a backward that
+    writes into a saved tensor (the logits, the output) behind autograd's version counter: its
+    second use then reads the gradient instead. Rows with NaN or +inf of the softmax family are
+    left to the other laws (its FP64 autograd references are not defined there); rows up to 128
+    columns (the law is about autograd's bookkeeping, which row length does not change; the other
+    laws check long rows). Tier default: two losses on one set of logits, and gradient
+    accumulation, are everyday training."""
+    args = case.tensors(target.device)
+    base = storage_bases(args[:1])[0]
+    before = [base.clone()] + [a.clone() for a in args[1:]]
+    x = args[0].detach().requires_grad_(True)
+    if case.spec.family == "softmax":
+        xd = x.detach().double()
+        assume(xd.shape[-1] >= 1 and not bool(torch.isnan(xd).any()) and not bool((xd == math.inf).any())
+               and bool((xd > -math.inf).any(-1).all()))
+    with torch.enable_grad():
+        outs = [call_op(case, target, [x, *args[1:]]) for _ in range(2)]
+        if not all(isinstance(o, torch.Tensor) and o.requires_grad for o in outs):
+            fail(case, target, "the output does not require grad for an input that does")
+        held = [o.detach().clone() for o in outs]
+        gs = [_seeded(case, f"g{i}", o.shape, o.dtype, o.device) for i, o in enumerate(outs)]
+        g0 = _seeded(case, "grad", x.shape, x.dtype, x.device)
+        x.grad = g0.clone()
+        with warnings.catch_warnings():  # a strided x's gradient need not share its strides
+            warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+            torch.autograd.backward(outs, gs)
+    a0 = case.tensor_names()[0]
+    one = case.call_code()
+    call = (f"{a0} = {a0}.detach().requires_grad_()\n{a0}.grad = G0.clone()  # an existing gradient\n"
+            f"{one.replace('out = ', 'y1 = ', 1)}\n{one.replace('out = ', 'y2 = ', 1)}\n"
+            f"torch.autograd.backward([y1, y2], [g1, g2])\nout = {a0}.grad  # vs G0 + VJP(g1) + VJP(g2) in FP64")
+    for nm, b0, b1 in zip(case.tensor_names(), before, [base] + list(args[1:])):
+        assert_bitwise(case, target, b1, b0, f"{nm} (or its storage) was modified by backward", call)
+    for k, (o, h) in enumerate(zip(outs, held)):
+        assert_bitwise(case, target, o.detach(), h, f"output {k + 1}, held by the caller, was modified by backward", call)
+    if x.grad is None or tuple(x.grad.shape) != tuple(x.shape) or x.grad.dtype != x.dtype:
+        got = None if x.grad is None else (tuple(x.grad.shape), x.grad.dtype)
+        fail(case, target, f"{a0}.grad is {got}, expected shape {tuple(x.shape)} and {x.dtype}", call=call)
+    refs, tols, only = [], [], None
+    for g, y in zip(gs, held):
+        r, t_, only = case.spec.grad_truth(case, [x, *args[1:]], g, y)
+        refs.append(r)
+        tols.append(t_)
+    ref = g0.double() + refs[0] + refs[1]
+    size = g0.double().abs() + refs[0].abs() + refs[1].abs() + tols[0] + tols[1]
+    tol = tols[0] + tols[1] + T.ulp(torch.nan_to_num(size, nan=0.0, posinf=0.0), case.dtype)
+    tol = torch.nan_to_num(tol, nan=math.inf)
+    bad = T.compare(x.grad, ref, tol, case.dtype)
+    if only is not None:
+        bad = bad & only
+    if bool(bad.any()):
+        i = worst(bad, (x.grad.double() - ref).abs() / tol.clamp_min(1e-300))
+        fail(case, target,
+             f"{a0}.grad after two backward passes onto an existing gradient differs from G0 + VJP(g1) + VJP(g2): "
+             f"{int(bad.sum())} of {bad.numel()} elements out of bounds", i, ref[i], x.grad[i], tol[i], call,
+             out_name=f"{a0}.grad")

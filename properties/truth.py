@@ -1,0 +1,338 @@
+"""FP64 truth and derived bounds, per op family: what each output of a call should be, computed in
+float64 from the same rounded inputs the target saw, and how far a correct kernel may be from it
+(each bound is derived in properties/tolerances.py). The op specs (properties/ops.py) name these
+functions; the laws (properties/invariants/) ask the specs."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+import torch
+
+import oracles
+
+from . import tolerances as T
+from .case import tree_depth, tree_leaves
+from .spec import Expected, Truth, lookup, lse_dtype, vjp_of
+
+
+def reference(op: str, dtype, args, depth=T.depth_any, **options):
+    """(reference, tolerance) in float64 for a single-output op of the softmax family at the given
+    (laid-out) arguments. depth: the reduction-depth model of the bound (tolerances.depth_any, the
+    default tier's any summation order, or tolerances.depth, the strict tier's). options: the
+    case's keyword options, for ops that take any."""
+    return lookup(op).reference(dtype, args, depth, **options)
+
+
+# ----------------------------------------------------------------------------------------------
+# the softmax family: softmax, log_softmax, logsumexp and the explicit VJPs
+# ----------------------------------------------------------------------------------------------
+class RowTerms(NamedTuple):
+    """What the forward bounds need of each row of x (float64): its max m, x - m as d, the
+    softmax-weighted spread H = sum_i y_i |d_i|, and log s (s = sum exp(d))."""
+
+    m: torch.Tensor
+    d: torch.Tensor
+    H: torch.Tensor
+    logs: torch.Tensor
+
+
+def row_terms(x64: torch.Tensor) -> RowTerms:
+    m, fin, d, e, s = oracles.row_stats(x64)
+    y = torch.where(fin[..., None], e / s[..., None], 0.0)
+    H = torch.where(y > 0, y * d.abs(), 0.0).sum(-1)
+    return RowTerms(m, d, H, torch.log(s))
+
+
+def forward_reference(oracle, eps, out_dtype=None):
+    """The ``reference`` of a forward op of the softmax family: oracle(x) and the bound
+    eps(dtype, rows, dep, ref) (rows: row_terms(x), dep: the reduction depth of the row length)
+    plus the final rounding to the output dtype (default: the input's)."""
+    def ref_and_tol(dtype, args, depth=T.depth_any):
+        x = args[0].detach().to(torch.float64)
+        ref = oracle(x)
+        e = eps(dtype, row_terms(x), depth(x.shape[-1]), ref)
+        return ref, T.total_tolerance(e, ref, (out_dtype or (lambda d: d))(dtype), dtype)
+    return ref_and_tol
+
+
+softmax_reference = forward_reference(oracles.softmax, lambda dt, r, dep, y: T.softmax_bound(dt, r.d, r.H, dep, y))
+log_softmax_reference = forward_reference(
+    oracles.log_softmax, lambda dt, r, dep, z: T.log_softmax_bound(dt, r.d, r.H, dep, r.logs, z))
+logsumexp_reference = forward_reference(
+    oracles.logsumexp, lambda dt, r, dep, lse: T.logsumexp_bound(dt, r.m, r.H, dep, r.logs, lse), lse_dtype)
+
+
+def softmax_backward_reference(dtype, args, depth=T.depth_any):
+    y, g = (t.detach().to(torch.float64) for t in args)
+    D = y.shape[-1]
+    ref = oracles.softmax_backward(y, g)
+    dot = (y * g).sum(-1)
+    eps = T.softmax_backward_bound(dtype, y, g, dot, (y * g).abs().sum(-1), depth(D), ref, D)
+    return ref, T.total_tolerance(eps, ref, dtype, dtype)
+
+
+def log_softmax_backward_reference(dtype, args, depth=T.depth_any):
+    z, g = (t.detach().to(torch.float64) for t in args)
+    D = z.shape[-1]
+    ref = oracles.log_softmax_backward(z, g)
+    # the sums in units of 2**64, so that they cannot overflow (exact scaling; the dropped tail
+    # below 2**-1010 is far under the FTZ floor of the tolerance)
+    gs = g * 2.0**-64
+    eps = T.log_softmax_backward_bound(dtype, z, g, gs.sum(-1), gs.abs().sum(-1), depth(D), ref, D, 2.0**64)
+    return ref, T.total_tolerance(eps, ref, dtype, dtype)
+
+
+def vjp_rows(case, args, strict):
+    """The rows a VJP law covers: all of them in the strict tier, those of ordinary magnitude
+    (tolerances.vjp_in_range) in the default tier; None (every row) for forward ops."""
+    if strict or not case.spec.is_vjp:
+        return None
+    return T.vjp_in_range(case.op, args[0].double(), args[1].double(), case.dtype)
+
+
+def logits_truth(case, args, strict=False) -> Truth:
+    """The Truth of a single-output op of the softmax family: its reference at the tier's depth
+    (strict: tolerances.depth), judged on the rows vjp_rows covers."""
+    ref, tol = case.spec.reference(case.dtype, args, T.depth if strict else T.depth_any, **case.kwargs())
+    rows = vjp_rows(case, args, strict)
+    return Truth((Expected("out", ref, tol, case.spec.out_dtype(case.dtype), None if rows is None else rows[..., None]),))
+
+
+def rounded_forward_effect(op, out, g, du):
+    """How far the exact VJP at the rounded forward output (y_r = y + dy, or z_r = z + dz, with
+    |dy_i| <= du_i) can be from the VJP at the exact one, for the cotangent g.
+    softmax: y_r (g - dot_r) - y (g - dot) = dy (g - dot) - (y + dy) ddot, ddot = sum_j dy_j g_j,
+    so the bound is du |g - dot| + (y + du) S with S = sum_j du_j |g_j|. (The second-order part,
+    du S, matters where y_i is a 16-bit subnormal: its rounding is then as large as y_i itself.)
+    log_softmax: (exp(z_r) - exp(z)) sum g, at most exp(z) expm1(du) |sum g|."""
+    if lookup(op).forward == "softmax":
+        dot = (out * g).sum(-1, keepdim=True)
+        S = (du * g.abs()).sum(-1, keepdim=True)
+        return du * (g - dot).abs() + (out + du) * S
+    return torch.exp(out) * torch.expm1(du) * g.sum(-1, keepdim=True).abs()
+
+
+def normalized_grad_truth(case, args, g, y):
+    """grad_truth of softmax and log_softmax: the FP64 autograd VJP of torch's float64 op at x =
+    args[0] (the spec's torch_ref) for the cotangent g, and its bound: the explicit VJP's bound at
+    the output y the kernel saved (reference), plus how far the VJP moves between y and the exact
+    forward: rounded_forward_effect with |dy| within the forward's bound at x (each output of a
+    correct kernel is) and twice the float64 forward's."""
+    x = args[0]
+    x64 = x.detach().double().requires_grad_(True)
+    out64 = case.spec.torch_ref(x64)
+    (ref,) = torch.autograd.grad(out64, x64, g.double())
+    vjp = vjp_of(case.op).name
+    _, tol = reference(vjp, case.dtype, [y.detach(), g])
+    _, tol_f = reference(case.op, case.dtype, [x.detach()])
+    _, fwd64 = reference(case.op, torch.float64, [x.detach()])
+    y64 = out64.detach()
+    du = torch.where(torch.isfinite(y64), tol_f + 2 * torch.nan_to_num(fwd64, nan=0.0), 0.0)
+    extra = torch.nan_to_num(rounded_forward_effect(vjp, y64, g.double(), du), nan=0.0)
+    return ref, tol + extra, None
+
+
+def logsumexp_grad_truth(case, args, g, y):
+    """grad_truth of logsumexp: dx = softmax(x) g, the FP64 oracle's softmax times g (torch's
+    float64 backward forms exp(x - lse) with lse rounded to float64, which at |x| near 3e38 is off
+    by far more than 1: for x = [max, max] it gives [1, 1] g), with softmax within its bound and
+    the product rounded twice (2 u |dx|)."""
+    x = args[0]
+    x64 = x.detach().double()
+    ref = oracles.softmax(x64) * g.double()[..., None]
+    _, tol_p = reference("softmax", case.dtype, [x.detach()])
+    # a backward that forms exp(x - lse) from the forward's saved output (autograd saves it,
+    # rounded to its dtype: torch's does) moves dx by |dx| expm1(|lse error|), the error
+    # within logsumexp's own bound; huge enough at |x| ~ finfo.max to cover anything there
+    _, tol_l = reference("logsumexp", case.dtype, [x.detach()])
+    saved = ref.abs() * torch.expm1(tol_l.clamp_max(700))[..., None]
+    eps = g.double().abs()[..., None] * tol_p + 2 * T.TABLE[case.dtype].u_c * ref.abs() + torch.nan_to_num(saved, nan=0.0)
+    return ref, T.total_tolerance(eps, ref, case.dtype, case.dtype), None
+
+
+# ----------------------------------------------------------------------------------------------
+# merges of (x, lse) states: softmax_merge, attention_merge (MergeCase), merge_states (StatesCase)
+# ----------------------------------------------------------------------------------------------
+def step_truth(case, xa, la, xb, lb):
+    """FP64 merge of one step's actual inputs and its single-step tolerances (merge_value_bound /
+    merge_lse_bound at depth 1, exact inputs): (x_ref, lse_ref, tol_x, tol_lse)."""
+    merge = case.spec.oracle
+    x_ref, l_ref = merge(xa, la, xb, lb)
+    mag, _ = merge(xa.double().abs(), la, xb.double().abs(), lb)  # sum of w |x|
+    lam = torch.zeros_like(l_ref)
+    for l in (la.double(), lb.double(), l_ref):
+        lam = torch.maximum(lam, torch.where(torch.isfinite(l), l.abs(), 0.0))
+    eps_x = T.merge_value_bound(case.dtype, 1, lam[..., None], mag, leaves=False)
+    eps_l = T.merge_lse_bound(case.dtype, 1, lam, leaves=False)
+    return (x_ref, l_ref, T.total_tolerance(eps_x, x_ref, case.dtype, case.dtype),
+            T.total_tolerance(eps_l, l_ref, lse_dtype(case.dtype), case.dtype))
+
+
+def one_shot_truth(case, device, chunks, H):
+    """(x_ref, lse_ref, tol_x, tol_lse): the one-shot FP64 truth over the chunks' columns and the
+    chunked-merge bounds at merge depth H."""
+    x_ref, l_ref, mag, lam = case.reference(device, chunks)
+    N = len(case.chunk_cols(chunks))
+    tol_x = T.total_tolerance(T.merge_value_bound(case.dtype, H, lam[..., None], mag, N), x_ref, case.dtype, case.dtype)
+    tol_l = T.total_tolerance(T.merge_lse_bound(case.dtype, H, lam, N), l_ref, lse_dtype(case.dtype), case.dtype)
+    return x_ref, l_ref, tol_x, tol_l
+
+
+def state_truth(case, x_ref, l_ref, tol_x, tol_l, what_x, what_l, names=("x", "lse")) -> Truth:
+    """A merged (values, lse) state's Truth."""
+    return Truth((Expected(names[0], x_ref, tol_x, case.dtype, what=what_x),
+                  Expected(names[1], l_ref, tol_l, lse_dtype(case.dtype), what=what_l)))
+
+
+def one_shot_state_truth(case, device, chunks, H, names=("x", "lse")) -> Truth:
+    """The merged state of the given chunks (in column order) against the one-shot FP64 truth over
+    their columns, within the chunked-merge bounds at merge depth H."""
+    return state_truth(case, *one_shot_truth(case, device, chunks, H),
+                       f"merged chunks differ from the one-shot FP64 oracle (merge depth {H})",
+                       f"merged lse differs from the one-shot FP64 logsumexp (merge depth {H})", names)
+
+
+def merge_truth(case, args, strict=False) -> Truth:
+    """A merge tree's root state against the one-shot truth of all its columns, at the tree's depth."""
+    return one_shot_state_truth(case, args[0].device, tree_leaves(case.tree), tree_depth(case.tree))
+
+
+def states_truth(case, args, strict=False) -> Truth:
+    """merge_states' output against the one-shot truth of all the row's keys, at depth
+    max(S - 1, 1): the bound of a left fold over the S states (see merge_states_truth)."""
+    return one_shot_state_truth(case, args[0].device, case.order, max(len(case.order) - 1, 1), names=("o", "lse"))
+
+
+def merge_states_truth(case, o, lse):
+    """The FP64 N-way merge of the actual states (oracles.merge_states) and its bounds: the
+    chunked-merge bounds (tolerances.merge_value_bound / merge_lse_bound) at depth
+    H = max(S - 1, 1) with exact inputs, i.e. those of a fold of S - 1 binary merges. They cover
+    a one-pass N-way merge as well: its weights exp(lse_s - M) / D are off by at most
+    u (2 Lam + 2.4 S + 9) relative (the exponent's rounding, exp, the sum D of S terms, the
+    division, S products and adds), within (S - 1) u (6 Lam + 36) for S >= 2, and its lse by
+    u (Lam + 1.4 S + 3 + 4 log S), within (S - 1) u (2 Lam + 12); for S = 1 both are exact.
+    Returns (x_ref, lse_ref, tol_x, tol_lse)."""
+    x_ref, l_ref = oracles.merge_states(o, lse)
+    mag, _ = oracles.merge_states(o.double().abs(), lse)  # sum of w |o|
+    l64 = lse.double()
+    lam = torch.maximum(torch.where(torch.isfinite(l_ref), l_ref.abs(), 0.0),
+                        torch.where(torch.isfinite(l64), l64.abs(), 0.0).amax(-1))
+    H = max(lse.shape[-1] - 1, 1)
+    eps_x = T.merge_value_bound(case.dtype, H, lam[..., None], mag, leaves=False)
+    eps_l = T.merge_lse_bound(case.dtype, H, lam, leaves=False)
+    return (x_ref, l_ref, T.total_tolerance(eps_x, x_ref, case.dtype, case.dtype),
+            T.total_tolerance(eps_l, l_ref, lse_dtype(case.dtype), case.dtype))
+
+
+# ----------------------------------------------------------------------------------------------
+# cross-entropy (CECase: logits, class-index targets, options, and for the backward dloss)
+# ----------------------------------------------------------------------------------------------
+def ce_truth(case, args, reduction=None, label_smoothing=None, depth=T.depth_any, strict=False):
+    """(reference, tolerance) in float64 for a CECase at the given (laid-out) tensors; the
+    reduction and smoothing may be overridden (the forward only); depth: the reduction-depth
+    model (tolerances.depth_any: default tier; tolerances.depth: strict). Not strict, the
+    default tier's allowances: a gradient formed from log-probabilities rounded to the logits'
+    dtype (torch's autograd saves log_softmax's output in the dtype: z_j off by half an ulp,
+    2**-precision |z_j|, moves p_j by p_j expm1(2**-precision |z_j|)), and a reduction formed from
+    separately reduced terms each rounded to the dtype (torch's smoothed mean: (1 - eps) NLL +
+    eps SMOOTH, four more roundings of at most half an ulp of sum |loss_i|)."""
+    x, t = args[0], args[1]
+    red = case.reduction if reduction is None else reduction
+    eps = case.label_smoothing if label_smoothing is None else label_smoothing
+    ign_idx = case.ignore_index
+    x64 = x.detach().double()
+    V = x64.shape[-1]
+    dep = depth(V)
+    m, fin, d, e, s = oracles.row_stats(x64)
+    y = torch.where(fin[..., None], e / s[..., None], 0.0)
+    H = torch.where(y > 0, y * d.abs(), 0.0).sum(-1)
+    logs = torch.where(fin, torch.log(s), 0.0)
+    lse = torch.where(fin, m + logs, 0.0)
+    ign = t == ign_idx
+    tc = torch.where(ign, 0, t).clamp(0, V - 1).long()
+    if not case.spec.is_vjp:
+        xt = torch.gather(x64, -1, tc[..., None])[..., 0]
+        xt = torch.where(torch.isfinite(xt), xt, 0.0)
+        # the mean of |x_j| as a sum of |x_j| / V, which cannot overflow (a mean of finfo.max
+        # formed as sum / V is inf, and eps * inf with eps = 0 made the whole bound NaN)
+        mean_abs = (torch.where(torch.isfinite(x64), x64.abs(), 0.0) / V).sum(-1)
+        rows = oracles.ce.loss_rows(x64, t, ign_idx, eps)
+        row_eps = T.ce_loss_bound(case.dtype, lse, H, dep, logs, xt, mean_abs,
+                                  torch.where(torch.isfinite(rows), rows, 0.0), eps)
+        row_eps = torch.where(ign, 0.0, row_eps)
+        ref = oracles.ce.cross_entropy(x64, t, ign_idx, red, eps)
+        count = (~ign).sum()
+        rows_abs = torch.where(torch.isfinite(rows), rows.abs(), 0.0)
+        eps_out = T.ce_reduced_bound(row_eps, rows_abs, x64[..., 0].numel(), count, red)
+        if not strict and red != "none" and eps > 0:
+            extra = 2 * T.ulp(rows_abs.sum().reshape(()), case.dtype)
+            eps_out = eps_out + (extra / count if red == "mean" else extra)
+        return ref, T.total_tolerance(eps_out, ref, case.dtype, case.dtype)
+    dl = args[2]
+    ref = oracles.ce.cross_entropy_backward(x64, t, dl, ign_idx, red, eps)
+    scale = oracles.ce.grad_scale(t, dl, ign_idx, red)
+    hot = torch.zeros_like(y).scatter_(-1, tc[..., None], 1.0)
+    g0 = y - (1 - eps) * hot - eps / V
+    lse_err = tuple(T.ce_lse_error(u, lse, H, dep, logs) for u in (T.TABLE[case.dtype].u_c, T.U_ORACLE))
+    eps_g = T.ce_grad_bound(case.dtype, y, x64, lse_err, lse, g0, scale, hot, eps, V)
+    if not strict:
+        zabs = torch.where(y > 0, (x64 - lse[..., None]).abs(), 0.0)
+        rnd = y * torch.expm1(2.0 ** -T.TABLE[case.dtype].precision * zabs) * scale.abs()[..., None]
+        eps_g = eps_g + torch.nan_to_num(rnd, nan=0.0)
+    eps_g = torch.where(ign[..., None], 0.0, eps_g)
+    return ref, T.total_tolerance(eps_g, ref, case.dtype, case.dtype)
+
+
+def ce_default_mask(case, args, out_shape):
+    """The outputs the default tier judges (bool, broadcast to the output), None for all. Two
+    behaviours of a correct cross-entropy are left to the strict tier:
+    * an ignored row holding NaN or +-inf logits: torch's gradient there is NaN (its
+      log_softmax backward forms 0 * NaN), this project's is exactly 0 (oracles/semantics.py
+      CE_SEMANTICS, its one deliberate difference from torch); either is accepted there.
+    * a loss reduced over rows whose own loss overflows the compute precision (float32 for 16/32-bit
+      logits): lse - x_t reaches 2 finfo.max for logits of +-finfo.max, so a float32 row loss is
+      inf and so is torch's mean, where the exact mean may be finite (a robustness guarantee).
+      A row is in range when 2 (|lse| + |x_t| + eps (|lse| + mean |x_j|)) <= finfo.max of the
+      compute precision, the textbook formula's terms with the factor 2 covering their rounding.
+    * a label_smoothing below float32's smallest normal with 16/32-bit logits: a float32 kernel
+      holds it as 0, and 0 * inf is NaN where the exact loss is +inf.
+    * (in the bound, not here) the gradient formed from the forward's log-probabilities rounded
+      to the logits' dtype (autograd saves outputs in their dtype): ce_truth's rounded_forward."""
+    x, t = args[0].detach().double(), args[1]
+    ign = t == case.ignore_index
+    if case.spec.is_vjp:
+        bad_rows = ign & ~torch.isfinite(x).all(-1)
+        return None if not bool(bad_rows.any()) else ~bad_rows[..., None].expand(out_shape)
+    if 0 < case.label_smoothing < torch.finfo(torch.float32).tiny and case.dtype != torch.float64:
+        # a smoothing below float32's range is 0 to a float32 kernel (torch's too), and 0 times an
+        # infinite lse - mean(x) is NaN where the exact term is +inf: the strict tier's
+        return torch.zeros(out_shape, dtype=torch.bool, device=x.device)
+    if case.reduction == "none" or x.shape[-1] == 0:
+        return None
+    big = torch.finfo(lse_dtype(case.dtype)).max
+    fx = torch.where(torch.isfinite(x), x.abs(), 0.0)
+    lse = oracles.logsumexp(torch.where(torch.isfinite(x), x, -math.inf)).abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
+    xt = torch.gather(fx, -1, tc[..., None])[..., 0]
+    need = lse + xt + case.label_smoothing * (lse + (fx / x.shape[-1]).sum(-1))
+    in_range = bool(((2 * need <= big) | ign).all())
+    return None if in_range else torch.zeros(out_shape, dtype=torch.bool, device=x.device)
+
+
+def cross_entropy_truth(case, args, strict=False) -> Truth:
+    """The loss (forward) or gradient (backward) against the FP64 oracle: the bound for any
+    summation order on the outputs ce_default_mask covers (default), the bound at the project's
+    reduction depth on every output (strict)."""
+    ref, tol = ce_truth(case, args, depth=T.depth if strict else T.depth_any, strict=strict)
+    return Truth((Expected("out", ref, tol, case.dtype, None if strict else ce_default_mask(case, args, ref.shape)),))
+
+
+def cross_entropy_grad_truth(case, args, g, y):
+    """grad_truth of cross_entropy: the FP64 oracle's gradient for the cotangent g (ce_truth of the
+    backward), judged where ce_default_mask says (ignored rows of NaN / inf logits: NaN or 0)."""
+    bwd = dataclasses.replace(case, op=vjp_of(case.op).name)
+    x, t = args[0].detach(), args[1]
+    ref, tol = ce_truth(bwd, [x, t, g])
+    return ref, tol, ce_default_mask(bwd, [x, t], ref.shape)
