@@ -19,14 +19,13 @@ from hypothesis import HealthCheck, errors, find, given, settings, strategies as
 
 import oracles
 
-from . import interpreter, strategies as S, truth
+from . import strategies as S, truth
 from .case import Case
 from .failures import PropertyFailure
 from .invariants import law, laws_for
 from .ops import OPS, Target
 from .spec import OpSpec, lookup, register, registered
 
-DEV = "cuda" if torch.cuda.is_available() and not interpreter.interpreting() else "cpu"
 TEMPERATURES = (0.25, 0.5, 1.0, 2.0, 4.0)  # powers of two: x / T is exact wherever it does not overflow
 
 
@@ -109,14 +108,15 @@ def _float32_for_16_bit(x, dim=-1, temperature=1.0):
 BROKEN = {"in_place": (_in_place, "inputs_unmodified"), "float32_for_16_bit": (_float32_for_16_bit, "output_dtype_and_shape")}
 
 
-def _toy_target(fn=softmax_t) -> Target:
+def _toy_target(device: str, fn=softmax_t) -> Target:
+    """The toy implementation fn as a target on device (the suite's: CUDA unless interpreting)."""
     if fn is softmax_t:
         target = Target(sys.modules[__name__])
     else:
         module = types.ModuleType(f"{__name__}.{fn.__name__.strip('_')}")
         module.softmax_t, module.SUITE_REFUSALS = fn, ()
         target = Target(module)
-    target.device, target.record = DEV, False
+    target.device, target.record = device, False
     return target
 
 
@@ -137,18 +137,18 @@ def test_the_toy_is_selected_by_attributes_and_unregistered_after():
 
 
 @pytest.mark.parametrize("law_name", TOY_LAWS)
-def test_toy_op_passes_the_laws_that_select_it(law_name):
+def test_toy_op_passes_the_laws_that_select_it(law_name, target):
     """Each default-tier law that selects the toy holds for the toy implementation on the cases its
     spec draws (the temperature included)."""
     with registered(TOY):
-        inv, target = law(law_name), _toy_target()
-        assert inv.skip_reason(TOY.name, target) is None
+        inv, toy = law(law_name), _toy_target(target.device)
+        assert inv.skip_reason(TOY.name, toy) is None
 
         @settings(max_examples=20, derandomize=True, database=None, deadline=None,
                   suppress_health_check=list(HealthCheck))
         @given(st.data())
         def check(data):
-            inv.check(data.draw(S.cases(TOY.name, inv.families, inv.max_cols), label="case"), target)
+            inv.check(data.draw(S.cases(TOY.name, inv.families, inv.max_cols), label="case"), toy)
 
         try:
             check()
@@ -157,17 +157,17 @@ def test_toy_op_passes_the_laws_that_select_it(law_name):
 
 
 @pytest.mark.parametrize("broken", sorted(BROKEN))
-def test_generic_laws_catch_a_broken_toy(broken):
+def test_generic_laws_catch_a_broken_toy(broken, target):
     """A broken toy implementation fails a generic law on a case the toy's spec draws: the law the
     bug breaks (writing over the input: inputs_unmodified; a float32 result for 16-bit input:
     output_dtype_and_shape). Its failure report names the law and prints the temperature."""
     fn, expected = BROKEN[broken]
     with registered(TOY):
-        inv, target = law(expected), _toy_target(fn)
+        inv, toy = law(expected), _toy_target(target.device, fn)
 
         def fails(case) -> bool:
             try:
-                inv.check(case, target)
+                inv.check(case, toy)
             except PropertyFailure:
                 return True
             except errors.UnsatisfiedAssumption:
@@ -178,7 +178,7 @@ def test_generic_laws_catch_a_broken_toy(broken):
                     settings=settings(max_examples=200, derandomize=True, database=None, deadline=None,
                                       suppress_health_check=list(HealthCheck)))
         with pytest.raises(PropertyFailure, match=rf"^\[{expected}\] \(default tier\)") as e:
-            inv.check(case, target)
+            inv.check(case, toy)
         assert f"temperature={case.temperature!r}" in str(e.value)
 
 
