@@ -26,7 +26,7 @@ import oracles
 
 from . import tolerances as T
 from .case import TIER_OF, Case, CECase, MergeCase, StatesCase, fail, tree_code, tree_depth, tree_leaves
-from .failures import WrongOutput
+from .failures import WrongOutput, accept_context_loss, device_assert
 from .ops import OPS
 from .strategies import GRID_SHIFT, MANY_ROWS, MASKED_CHUNKS
 
@@ -1670,11 +1670,15 @@ def ce_out_of_range_target_raises(case, target, strict=False):
     assume(args[1].numel() >= 1)
     try:
         out = case.call(target, *args)
+        if isinstance(out, torch.Tensor) and out.is_cuda:  # a device-side assert is asynchronous: it surfaces here, as the call's exception
+            torch.cuda.synchronize(out.device)
     except Exception as e:  # noqa: BLE001 - any clear Python exception is the law
         if isinstance(e, target.refusals) and "target" not in str(e).lower():
             reject()  # a declared refusal of something else (e.g. a dtype the target does not offer)
         if strict and "target" not in str(e).lower():
             fail(name, case, target, f"raised {type(e).__name__} without naming the target: {e}")
+        if device_assert(e):
+            accept_context_loss()  # isolated, the worker restarts; in-process the context is lost
         return
     fail(name, case, target,
          f"an out-of-range target returned a result instead of raising: {out if out.numel() <= 4 else out.shape}")
