@@ -12,7 +12,7 @@ from hypothesis import assume, reject
 import oracles
 
 from .. import tolerances as T
-from ..failures import WrongOutput
+from ..failures import WrongOutput, accept_context_loss, device_assert
 from ..strategies import GRID_SHIFT, OUT_OF_RANGE
 from ..truth import ce_default_mask, ce_truth, reference
 from ._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
@@ -285,11 +285,15 @@ def ce_out_of_range_target_raises(case, target, strict=False):
     assume(args[1].numel() >= 1)
     try:
         out = case.call(target, *args)
+        if isinstance(out, torch.Tensor) and out.is_cuda:  # a device-side assert is asynchronous: it surfaces here, as the call's exception
+            torch.cuda.synchronize(out.device)
     except Exception as e:  # noqa: BLE001 - any clear Python exception is the law
         if isinstance(e, target.refusals) and "target" not in str(e).lower():
             reject()  # a declared refusal of something else (e.g. a dtype the target does not offer)
         if strict and "target" not in str(e).lower():
             fail(case, target, f"raised {type(e).__name__} without naming the target: {e}")
+        if device_assert(e):
+            accept_context_loss()  # isolated, the worker restarts; in-process the context is lost
         return
     fail(case, target,
          f"an out-of-range target returned a result instead of raising: {out if out.numel() <= 4 else out.shape}")
