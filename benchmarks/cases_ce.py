@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import kernels  # noqa: E402
+from softmax_properties import kernels  # noqa: E402
 import peers  # noqa: E402
 
 SHAPES = [(16384, 32000), (8192, 128256), (4096, 262144)]  # (rows, V)

@@ -21,7 +21,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import kernels  # noqa: E402
+from softmax_properties import kernels  # noqa: E402
 
 
 def eager_attention_merge(o_a, lse_a, o_b, lse_b):

@@ -22,7 +22,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import kernels  # noqa: E402
+from softmax_properties import kernels  # noqa: E402
 
 _OPS = {
     "softmax": lambda x, g: kernels.softmax(x),

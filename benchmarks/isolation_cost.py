@@ -40,7 +40,7 @@ def draw(inv, op, n):
     """n cases of op as the suite draws them for inv (derandomized)."""
     from hypothesis import HealthCheck, given, settings, strategies as st
 
-    from properties import strategies as S
+    from softmax_properties.properties import strategies as S
     out = []
 
     @settings(max_examples=n, database=None, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
@@ -71,10 +71,10 @@ def main():
     args = ap.parse_args()
     warnings.simplefilter("ignore")
 
-    from properties import interpreter, isolation, strategies as S
-    from properties.invariants import REGISTRY
-    from properties.ops import Target
-    from properties.plugin import LIMITS
+    from softmax_properties.properties import interpreter, isolation, strategies as S
+    from softmax_properties.properties.invariants import REGISTRY
+    from softmax_properties.properties.ops import Target
+    from softmax_properties.properties.plugin import LIMITS
     if interpreter.interpreting():
         interpreter.install()
     S.set_limits(LIMITS.get(args.profile, LIMITS["dev"]))
@@ -125,8 +125,8 @@ def main():
 
     crasher = Target("properties.faulty.misbehaves")
     crasher.device = "cpu"
-    from properties.case import Case
-    from properties.strategies import Input, Layout, Logits
+    from softmax_properties.properties.case import Case
+    from softmax_properties.properties.strategies import Input, Layout, Logits
     case = lambda cols: Case("softmax", torch.float32, (Input(Logits(2, cols, "float32", ("normal", 1, 1.0)), (2,), Layout()),))
     inv = invs["matches_oracle"]
     timed(lambda: isolation.check(inv, case(4), crasher))

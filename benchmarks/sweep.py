@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 from bench import copy_bw, module_cases  # noqa: E402
-from kernels import _launch as kernels_launch  # noqa: E402
+from softmax_properties.kernels import _launch as kernels_launch  # noqa: E402
 
 
 def _env(setting: str, backward: bool) -> dict:

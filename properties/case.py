@@ -41,7 +41,7 @@ def values_code(V: torch.Tensor, inp: Input, var: str = "V") -> str:
     """Code that rebuilds the logical values V exactly, as the variable `var`."""
     if V.numel() <= EXPLICIT_MAX:
         return explicit_code(V, var)
-    return (f"from properties.strategies import Logits\n"
+    return (f"from softmax_properties.properties.strategies import Logits\n"
             f"{var} = {inp.logits!r}.values().reshape({inp.shape}).to(device)")
 
 
@@ -86,7 +86,7 @@ class Case:
         lines = preamble(target_name)
         for i, (inp, name) in enumerate(zip(self.inputs, self.spec.args)):
             if i == 0 and self.spec.is_vjp:
-                lines.append("import oracles  # the suite's FP64 oracles")
+                lines.append("from softmax_properties import oracles  # the suite's FP64 oracles")
                 lines.append(values_code(inp.values(), inp, var="X"))
                 lines.append(f"V = oracles.{self.spec.forward}(X).to(torch.{str(self.dtype).replace('torch.', '')})")
             else:
@@ -260,7 +260,7 @@ class MergeCase:
         return x.to(device), lse.to(device)
 
     def _state_cpu(self, chunks):
-        import oracles
+        from softmax_properties import oracles
         device = "cpu"
         cols = torch.tensor(self.chunk_cols(chunks), dtype=torch.long, device=device)
         s = self.score_values(device).index_select(-1, cols)
@@ -281,7 +281,7 @@ class MergeCase:
         all), softmax columns in that order: (x_ref, lse_ref, mag, lam) with mag the magnitude
         the value bound scales with (p, or A = sum_j P_j |v_j|) and lam = max(|lse_c|, |lse|)
         over finite values, per row."""
-        import oracles
+        from softmax_properties import oracles
         chunks = tree_leaves(self.tree) if chunks is None else list(chunks)
         cols = torch.tensor(self.chunk_cols(chunks), dtype=torch.long, device=device)
         s = self.score_values(device).index_select(-1, cols)
@@ -360,7 +360,7 @@ class MergeCase:
                     lines.append(explicit_code(V))
                 else:
                     if not big:
-                        lines.append("from properties.case import MergeCase\nfrom properties.strategies import Layout, Logits")
+                        lines.append("from softmax_properties.properties.case import MergeCase\nfrom softmax_properties.properties.strategies import Layout, Logits")
                         lines.append(f"case = {self!r}")
                         big = True
                     lines.append(f"V = case.state([{c}], device)[{0 if var[0] == 'x' else 1}]")
@@ -458,7 +458,7 @@ class StatesCase(MergeCase):
                 lines.append(explicit_code(V))
             else:
                 if not big:
-                    lines.append("from properties.case import StatesCase\nfrom properties.strategies import Layout, Logits")
+                    lines.append("from softmax_properties.properties.case import StatesCase\nfrom softmax_properties.properties.strategies import Layout, Logits")
                     lines.append(f"case = {self!r}")
                     big = True
                 lines.append(f"V = case.stacked_values()[{0 if var == 'o' else 1}].to(device)")

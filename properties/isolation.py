@@ -64,8 +64,8 @@ def compile_counts() -> tuple:
     if "kernels" not in sys.modules:
         return (0, 0)
     try:
-        import kernels
-        from kernels import _launch
+        from softmax_properties import kernels
+        from softmax_properties.kernels import _launch
         return (len(_launch.VARIANTS), kernels.compiled_kernel_count())
     except Exception:
         return (0, 0)

@@ -53,8 +53,8 @@ import sys
 
 sys.path.insert(0, os.getcwd())  # the repository root: run this from there
 import torch  # noqa: E402
-from properties.case import Case, CECase, MergeCase, StatesCase  # noqa: E402,F401
-from properties.strategies import DLoss, Input, Layout, Logits, Targets  # noqa: E402,F401
+from softmax_properties.properties.case import Case, CECase, MergeCase, StatesCase  # noqa: E402,F401
+from softmax_properties.properties.strategies import DLoss, Input, Layout, Logits, Targets  # noqa: E402,F401
 
 inf, nan = float("inf"), float("nan")
 
@@ -63,7 +63,7 @@ TARGET = {target!r}
 CASE = {case}
 
 if __name__ == "__main__":
-    from properties.replay import main
+    from softmax_properties.properties.replay import main
     sys.exit(main([__file__, *sys.argv[1:]]))
 """
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-import kernels
-import oracles
-from kernels import _launch
+from softmax_properties import kernels
+from softmax_properties import oracles
+from softmax_properties.kernels import _launch
 
 from . import strategies as S
 from .invariants import REGISTRY
@@ -58,7 +58,7 @@ def test_fp64_oracle_sums_meet_the_depth_contract(summed_by, monkeypatch):
     0.75 ulp(1): a one-chain sum gains a quarter ulp of 1 per addition (~2000 u in y_0), a tree
     of depth 12 at most 12 u. softmax_bound's oracle share for y_0 (d_0 = 0, H ~ 0) is
     (depth(D) + 10) u = 41 u. Under `one_chain` the check must fail: it can."""
-    from oracles import reference
+    from softmax_properties.oracles import reference
     from . import tolerances as T
     if summed_by == "one_chain":
         monkeypatch.setattr(reference, "row_sum", _one_chain_sum)
@@ -818,7 +818,7 @@ def _direct_equals_jit(monkeypatch, run, launchers):
 def test_direct_launch_matches_the_jit_launch(monkeypatch):
     """The same cross-entropy forward and backward through Launcher hits and through the JIT
     function, on aligned and unaligned logits and both target dtypes: bitwise equal results."""
-    from kernels import _cross_entropy as ce
+    from softmax_properties.kernels import _cross_entropy as ce
 
     def run():
         out = []
@@ -837,7 +837,7 @@ def test_softmax_family_direct_launch_matches_the_jit_launch(monkeypatch):
     """The softmax-family forward and backward kernels through Launcher hits and through the JIT
     function: whole rows (short, with sub-rows for logsumexp, and long), split rows (few rows
     longer than a block), looped rows (many of them), aligned and unaligned: bitwise equal."""
-    from kernels import _softmax as sm
+    from softmax_properties.kernels import _softmax as sm
     mb = _launch.max_block(torch.float32)
     shapes = [(300, 128, 0), (300, 129, 1), (5, 2000, 0), (2, 2 * mb + 3, 1),
               (max(2, _launch.loop_rows(torch.device(DEV))), 2 * mb + 16, 0)]

@@ -264,7 +264,7 @@ def test_zoo_covers_every_invariant(target):
     invariants that the suite runs on the module's op; and together they name every invariant in
     the registry, so each invariant has a mutant that it alone catches (checked pair by pair in
     test_invariant_catches_mutant)."""
-    import properties.mutants as pkg
+    import softmax_properties.properties.mutants as pkg
     modules = {m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")}
     assert modules == set(MUTANTS), f"mutants not in MUTANTS: {modules - set(MUTANTS)}; missing: {set(MUTANTS) - modules}"
     names = {inv.name: inv for inv in REGISTRY}

@@ -11,8 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_tensor
-from properties.mutants._base import rows_of
+from softmax_properties.kernels._launch import check_tensor
+from softmax_properties.properties.mutants._base import rows_of
 
 BOGUS_OFFSET = 2**40  # elements
 

@@ -6,7 +6,7 @@ in terms of the output; log_softmax's and logsumexp's are often written in terms
 the two get mixed up when one Function is copied into another)."""
 import torch
 
-import kernels
+from softmax_properties import kernels
 
 
 class _Softmax(torch.autograd.Function):

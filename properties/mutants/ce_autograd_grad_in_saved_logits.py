@@ -10,8 +10,8 @@ two losses); liger-kernel's cross-entropy keeps its gradient in the logits' memo
 way. In place when the logits are contiguous (the fast path)."""
 import torch
 
-import kernels
-from kernels import _cross_entropy as _ce
+from softmax_properties import kernels
+from softmax_properties.kernels import _cross_entropy as _ce
 
 
 class _CrossEntropy(torch.autograd.Function):

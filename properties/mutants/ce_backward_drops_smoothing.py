@@ -6,7 +6,7 @@ derived for only one of its two terms."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._ce_base import launch_backward, row_start
 

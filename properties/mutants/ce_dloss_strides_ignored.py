@@ -6,7 +6,7 @@ cross_entropy.py; ROCm/TransformerEngine #623: fused cross-entropy backward with
 grad_output read with a unit row stride). The gradient is the project's Triton kernel."""
 import torch
 
-from kernels import _cross_entropy as _ce
+from softmax_properties.kernels import _cross_entropy as _ce
 
 
 def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:

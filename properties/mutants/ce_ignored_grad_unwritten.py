@@ -5,7 +5,7 @@ for a zero-initialised (or in-place) buffer and kept when the buffer became torc
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._ce_base import launch_backward, row_start
 

@@ -5,7 +5,7 @@ mean. The bug class: masking by multiplication instead of selection (torch.where
 losses come from the project's Triton kernel; the bug is the masking after it."""
 import torch
 
-from kernels import _cross_entropy as _ce
+from softmax_properties.kernels import _cross_entropy as _ce
 
 
 def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):

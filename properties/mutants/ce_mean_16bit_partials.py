@@ -8,7 +8,7 @@ outside autocast (issue 1 of the coverage review: a cross-entropy that stores ea
 loss / N in fp16 before summing)."""
 import torch
 
-from kernels import _cross_entropy as _ce
+from softmax_properties.kernels import _cross_entropy as _ce
 
 ROWS = 64  # rows per program: one program reduces in registers, several through the buffer
 

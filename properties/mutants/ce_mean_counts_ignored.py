@@ -5,7 +5,7 @@ Triton kernel (kernels/_cross_entropy.py), so this bug -- which lives in the red
 kernel -- is the only one."""
 import torch
 
-from kernels import _cross_entropy as _ce
+from softmax_properties.kernels import _cross_entropy as _ce
 
 
 def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):

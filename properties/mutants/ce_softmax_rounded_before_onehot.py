@@ -6,7 +6,7 @@ dtype before the -(1 - label_smoothing) term, 100% error at softmax 0.999)."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._ce_base import launch_backward, row_start
 

@@ -9,8 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import _cross_entropy as _ce
-from kernels._cross_entropy import _ce_finish
+from softmax_properties.kernels import _cross_entropy as _ce
+from softmax_properties.kernels._cross_entropy import _ce_finish
 
 ROWS = 64  # rows per program
 BLOCK = 64  # columns per loop iteration

@@ -10,9 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import logsumexp, softmax  # noqa: F401  (correct companions for the identities)
-from kernels._launch import check_tensor
-from kernels._numerics import to_out
+from softmax_properties.kernels import logsumexp, softmax  # noqa: F401  (correct companions for the identities)
+from softmax_properties.kernels._launch import check_tensor
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import rows_of
 

@@ -3,7 +3,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_tensor
+from softmax_properties.kernels._launch import check_tensor
 
 from ._base import rows_of
 

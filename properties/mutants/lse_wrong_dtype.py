@@ -2,7 +2,7 @@
 following merge needs) instead of float32."""
 import torch
 
-from kernels import logsumexp as _lse
+from softmax_properties.kernels import logsumexp as _lse
 
 
 def logsumexp(x):

@@ -8,7 +8,7 @@ masked causal block) poisons the row. The bug class: exponent differences of -in
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._merge_base import launch, row_lses
 

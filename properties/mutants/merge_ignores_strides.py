@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from kernels import softmax_merge as _merge
+from softmax_properties.kernels import softmax_merge as _merge
 
 
 def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:

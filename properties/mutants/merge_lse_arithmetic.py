@@ -5,7 +5,7 @@ merge, and two empty states give (-inf) - (-inf) = NaN instead of o = 0."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._merge_base import launch, row_lses
 

@@ -6,7 +6,7 @@ the output through a zero weight (merge_lse_arithmetic's N-way form)."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._merge_base import launch_states
 

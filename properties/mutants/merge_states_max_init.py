@@ -7,7 +7,7 @@ split-KV merge that starts its max at -5e4)."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._merge_base import launch_states
 

@@ -5,8 +5,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_tensor
-from kernels._numerics import to_out
+from softmax_properties.kernels._launch import check_tensor
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import rows_of
 
