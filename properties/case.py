@@ -4,13 +4,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .failures import PropertyFailure, classify, failure_class, precision_group
 from .ops import OPS
-from .strategies import Input
+from .snippets import compiled as _compiled
+
+if TYPE_CHECKING:  # annotations only: strategies builds cases, so it imports this module
+    from .strategies import Input
 
 EXPLICIT_MAX = 64  # tensors up to this many elements are printed value by value
 
@@ -308,7 +312,6 @@ class MergeCase:
 
     def lay_out(self, x, lse, i):
         """Laid-out tensors x{i}, lse{i} from logical values, by the code the reproducer prints."""
-        from .strategies import _compiled
         scope = {"torch": torch, "V": x}
         exec(_compiled(self.layout.code(f"x{i}")), scope)
         xs = scope[f"x{i}"]
@@ -417,7 +420,6 @@ class StatesCase(MergeCase):
 
     def lay_out_stacked(self, o, lse):
         """o and lse laid out by the code the reproducer prints."""
-        from .strategies import _compiled
         scope = {"torch": torch, "V": o}
         exec(_compiled(self.layout.code("o")), scope)
         o_t = scope["o"]
