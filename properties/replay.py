@@ -174,7 +174,7 @@ def replay(invariant: str, case, target_name: str):
     from . import interpreter
     from .invariants import REGISTRY
     from .ops import Target
-    from .test_properties import _skip_reason
+    from .applicability import skip_reason
 
     if interpreter.interpreting():
         interpreter.install()
@@ -198,7 +198,7 @@ def replay(invariant: str, case, target_name: str):
     target = Recording(target_name)
     target.device = "cuda" if torch.cuda.is_available() and not interpreter.interpreting() else "cpu"
     target.record = False
-    reason = _skip_reason(inv, case.op, target)
+    reason = skip_reason(inv, case.op, target)
     if reason:
         return "SKIP", reason
 

@@ -24,7 +24,7 @@ from . import strategies as S
 from .case import PropertyFailure
 from .invariants import REGISTRY
 from .ops import Target
-from .test_properties import _skip_reason
+from .applicability import skip_reason
 
 MUTANTS = {  # module in properties/mutants -> the op it breaks
     "no_max_subtraction": "softmax",
@@ -125,7 +125,7 @@ def _search(module: str, op: str, device: str, max_examples: int, only=None, shr
     mutant = Target(module)
     mutant.device = device
     mutant.record = False  # keep the searches out of the suite's error statistics
-    invariants = [inv for inv in REGISTRY if op in inv.ops and _skip_reason(inv, op, mutant) is None
+    invariants = [inv for inv in REGISTRY if op in inv.ops and skip_reason(inv, op, mutant) is None
                   and (inv.name == only if only is not None else not SHAPE_FAMILIES & set(inv.families or ()))]
     assert invariants, f"no invariant {only or ''} applies to {module}.{op}"
     # draw (invariant, case) pairs exactly as the suite does, each invariant with its own inputs
@@ -277,7 +277,7 @@ def test_zoo_covers_every_invariant(target):
         for inv in declared:
             assert inv in names, f"{name}.CAUGHT_BY names {inv!r}, which is not a registered invariant"
             assert op in names[inv].ops, f"{name}.CAUGHT_BY: {inv} does not apply to {op}"
-            reason = _skip_reason(names[inv], op, mutant)
+            reason = skip_reason(names[inv], op, mutant)
             assert reason is None, f"{name}.CAUGHT_BY: the suite skips {inv} on it ({reason})"
         covered |= set(declared)
     missing = sorted(set(names) - covered)
