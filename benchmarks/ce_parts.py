@@ -18,20 +18,15 @@ it, and the host functions that took the most time.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import torch
 import triton
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-from softmax_properties import kernels  # noqa: E402
-from bench import copy_bw  # noqa: E402
-from cases_ce import SHAPES  # noqa: E402
-from softmax_properties.kernels import _cross_entropy as ce  # noqa: E402
-from sweep import applied  # noqa: E402
+from softmax_properties import kernels
+from bench import copy_bw
+from cases_ce import SHAPES
+from softmax_properties.kernels import _cross_entropy as ce
+from sweep import applied
 
 
 def _ms(fn):

@@ -4,12 +4,9 @@ compiler refuses (e.g. non-constexpr globals) before a GPU run.
 
     python benchmarks/compile_check.py
 """
-import os
-import sys
 
 import triton
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from softmax_properties.kernels import _softmax as K
