@@ -63,4 +63,4 @@ def softmax_backward(y, dy):
     return dx.reshape(y.shape)
 
 
-CAUGHT_BY = ('deterministic',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('deterministic',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -26,4 +26,4 @@ def softmax(x):
     return _Softmax.apply(x)
 
 
-CAUGHT_BY = ('gradcheck_float64',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('gradcheck_float64',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

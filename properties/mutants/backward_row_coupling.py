@@ -33,4 +33,4 @@ def softmax_backward(y, dy):
     return dx.reshape(y.shape)
 
 
-CAUGHT_BY = ('row_independence',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('row_independence',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -37,4 +37,4 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return _CrossEntropy.apply(logits, target, ignore_index, reduction, float(label_smoothing))
 
 
-CAUGHT_BY = ('autograd_composition',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('autograd_composition',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -15,4 +15,4 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return dx
 
 
-CAUGHT_BY = ('ce_inputs_unmodified',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_inputs_unmodified',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -24,4 +24,4 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return shares.float().sum().to(logits.dtype)
 
 
-CAUGHT_BY = ('many_rows_match_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('many_rows_match_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -30,4 +30,4 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return launch_backward(_kernel, logits, target, dloss, ignore_index, reduction, float(label_smoothing))
 
 
-CAUGHT_BY = ('ce_confident_bf16_rows_keep_gradient',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_confident_bf16_rows_keep_gradient',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

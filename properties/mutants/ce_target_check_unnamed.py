@@ -13,4 +13,4 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
                                  label_smoothing=label_smoothing)
 
 
-CAUGHT_BY = ('ce_out_of_range_target_named',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_out_of_range_target_named',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

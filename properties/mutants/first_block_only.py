@@ -30,4 +30,4 @@ def softmax(x):
     return y.reshape(x.shape)
 
 
-CAUGHT_BY = ('all_outputs_written',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('all_outputs_written',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

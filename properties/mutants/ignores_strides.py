@@ -30,4 +30,4 @@ def softmax(x):
     return y
 
 
-CAUGHT_BY = ('layout_invariance',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('layout_invariance',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -27,4 +27,4 @@ def softmax(x):
     return y
 
 
-CAUGHT_BY = ('inputs_unmodified',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('inputs_unmodified',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -23,4 +23,4 @@ def log_softmax(x):
     return launch_forward(_kernel, x, "log_softmax")
 
 
-CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

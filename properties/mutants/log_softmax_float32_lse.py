@@ -50,4 +50,4 @@ def log_softmax(x):
     return y.reshape(x.shape)
 
 
-CAUGHT_BY = ('within_range', 'log_softmax_is_x_minus_logsumexp', 'exp_log_softmax_is_softmax')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('within_range', 'log_softmax_is_x_minus_logsumexp', 'exp_log_softmax_is_softmax')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

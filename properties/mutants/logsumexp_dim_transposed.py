@@ -13,4 +13,4 @@ def logsumexp(x, dim=-1):
     return _lse(x)
 
 
-CAUGHT_BY = ('dim_argument',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('dim_argument',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

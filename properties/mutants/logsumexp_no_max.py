@@ -28,4 +28,4 @@ def logsumexp(x):
     return out.reshape(x.shape[:-1])
 
 
-CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

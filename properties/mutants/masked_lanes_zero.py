@@ -22,4 +22,4 @@ def softmax(x):
     return launch_forward(_kernel, x, "softmax")
 
 
-CAUGHT_BY = ('unit_row_sums', 'constant_row_uniform', 'shift_invariance')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('unit_row_sums', 'constant_row_uniform', 'shift_invariance')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

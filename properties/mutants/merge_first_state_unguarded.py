@@ -35,4 +35,4 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return launch(_kernel, o_a, lse_a, o_b, lse_b, "attention_merge", concat=False)
 
 
-CAUGHT_BY = ('merge_commutative', 'merge_associative', 'merge_identity')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_commutative', 'merge_associative', 'merge_identity')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

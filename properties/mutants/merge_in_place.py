@@ -15,4 +15,4 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return o, lse
 
 
-CAUGHT_BY = ('merge_inputs_unmodified',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_inputs_unmodified',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -16,4 +16,4 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return o.to(o_a.dtype), lse.to(lse_a.dtype)
 
 
-CAUGHT_BY = ('merge_layout_invariance_bitwise',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_layout_invariance_bitwise',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

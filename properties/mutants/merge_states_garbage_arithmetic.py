@@ -46,4 +46,4 @@ def merge_states(o, lse):
     return launch_states(_kernel, o, lse)
 
 
-CAUGHT_BY = ('merge_states_empty_garbage_ignored',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_states_empty_garbage_ignored',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

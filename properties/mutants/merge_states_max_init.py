@@ -49,4 +49,4 @@ def merge_states(o, lse):
     return launch_states(_kernel, o, lse)
 
 
-CAUGHT_BY = ('merge_states_matches_one_shot', 'merge_states_is_fold_of_attention_merge')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_states_matches_one_shot', 'merge_states_is_fold_of_attention_merge')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

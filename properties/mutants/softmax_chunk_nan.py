@@ -57,4 +57,4 @@ def softmax(x):
     return y.reshape(x.shape)
 
 
-CAUGHT_BY = ('masked_chunks_match_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('masked_chunks_match_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -24,4 +24,4 @@ def softmax(x):
     return launch_forward(_kernel, x, "softmax")
 
 
-CAUGHT_BY = ('unit_row_sums',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('unit_row_sums',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -25,4 +25,4 @@ def softmax(x):
     return launch_forward(_kernel, x, "softmax")
 
 
-CAUGHT_BY = ('permutation_equivariance', 'order_preserving')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('permutation_equivariance', 'order_preserving')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

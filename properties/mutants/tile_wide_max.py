@@ -34,4 +34,4 @@ def softmax(x):
     return y.reshape(x.shape)
 
 
-CAUGHT_BY = ('row_independence',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('row_independence',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)
