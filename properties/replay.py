@@ -4,22 +4,24 @@ any target.
 The plugin (``--properties-failures DIR``, default ``.properties-failures/`` under the rootdir;
 an empty value turns it off) writes one file per failure of ``test_property``, named
 ``<target>.<invariant>-<op>.py`` (the target's short name where it is built in; ``-2``, ``-3``...
-when one test reports several failures; a
-later failure of the same test overwrites it). The file holds the invariant's name, the target
-it failed on and the drawn case as the evaluable repr of its dataclass, the same recipe
-Hypothesis prints under "Draw 1 (case)". Replay re-runs the invariant's whole check on that case
-(every call the law makes, its oracle, tolerance and report), not just the op call:
+when one test reports several failures; a later failure of the same test overwrites it). The
+file holds the invariant's name, the target it failed on and the drawn case as the evaluable
+repr of its dataclass, the same recipe Hypothesis prints under "Draw 1 (case)". Replay re-runs
+the invariant's whole check on that case (every call the law makes, its oracle, tolerance and
+report), not just the op call:
 
-    python -m softmax_properties.properties.replay .properties-failures/FILE.py --target TARGET  # any target
-    python -m softmax_properties.properties.replay .properties-failures/    # every file, its own target
-    python .properties-failures/FILE.py                                      # the target it failed on
+    python -m softmax_properties.properties.replay .properties-failures/FILE.py   # the target it failed on
+    python -m softmax_properties.properties.replay .properties-failures/FILE.py --target TARGET
+    python -m softmax_properties.properties.replay .properties-failures/          # every file, its own target
 
-It runs wherever the distribution is installed. Without CUDA it uses Triton's interpreter (as
-the pytest plugin does). Prints PASS, FAIL with the failure report, NOT APPLICABLE (the target refused the input, or the
-law's precondition does not hold for this target's outputs) or SKIP (the target lacks the op).
-Exit status: 0 when nothing failed, 1 when something failed, 2 on bad arguments. Replay runs in
-this process: a case that crashed the target (a ``target crashed`` failure) crashes it again,
-with Python's faulthandler printing where.
+It runs wherever the distribution is installed, from a directory the target imports from (``-m``
+puts the working directory first on the module path, as ``python -m pytest`` does). Without CUDA
+it uses Triton's interpreter (as the pytest plugin does). Prints PASS, FAIL with the failure
+report, NOT APPLICABLE (the target refused the input, or the law's precondition does not hold
+for this target's outputs) or SKIP (the target lacks the op). Exit status: 0 when nothing
+failed, 1 when something failed, 2 on bad arguments. Replay runs in this process: a case that
+crashed the target (a ``target crashed`` failure) crashes it again, with Python's faulthandler
+printing where.
 
 Before each check, test_property also writes the case as ``<target>.<invariant>-<op>.pending.py``
 (the same format; removed when the test ends), so that a pytest process that dies during a check
@@ -40,9 +42,8 @@ from . import targets
 
 HEADER = """\
 # A counterexample of the softmax-properties suite: the invariant, and the case it failed on.
-# Re-run the invariant's check on this case against any target:
-#   python -m softmax_properties.properties.replay {path} --target TARGET
-# or against the target it failed on:  python {path}
+# Re-run the invariant's check on this case against the target it failed on (or --target TARGET):
+#   python -m softmax_properties.properties.replay {path}
 {failure}
 import torch
 from softmax_properties.properties.case import Case, CECase, MergeCase, StatesCase  # noqa: F401
@@ -53,12 +54,6 @@ inf, nan = float("inf"), float("nan")
 INVARIANT = {invariant!r}
 TARGET = {target!r}
 CASE = {case}
-
-if __name__ == "__main__":
-    import sys
-
-    from softmax_properties.properties.replay import main
-    sys.exit(main([__file__, *sys.argv[1:]]))
 """
 
 
