@@ -19,13 +19,16 @@ from . import ROOT
 PROBE = '''
 import json, os, sys
 
-def pytest_collection_finish(session):
+import pytest
+
+@pytest.hookimpl(trylast=True)  # after every other plugin has selected the items
+def pytest_collection_modifyitems(config, items):
     from softmax_properties.properties import plugin
-    pm = session.config.pluginmanager
+    pm = config.pluginmanager
     json.dump({
         "modules": sorted(sys.modules),
         "plugin_names": [name for name, p in pm.list_name_plugin() if p is plugin],
-        "items": [[item.nodeid, sorted(getattr(item, "fixturenames", ()))] for item in session.items],
+        "items": [[item.nodeid, sorted(getattr(item, "fixturenames", ()))] for item in items],
         "loaders": {m: type(getattr(sys.modules[m], "__loader__", None)).__name__
                     for m in sys.modules if m.rpartition(".")[2].startswith("test_")},
     }, open(os.environ["LAYOUT_PROBE_OUT"], "w"))
