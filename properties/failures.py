@@ -76,6 +76,28 @@ class TargetCrashed(PropertyFailure):
     """The worker process died, lost its CUDA context, or did not answer in time."""
 
 
+def device_assert(e: BaseException) -> bool:
+    """Whether e is CUDA's report of a device-side assert: asynchronous (it surfaces at the next
+    synchronization) and fatal to the process's CUDA context."""
+    return "device-side assert" in str(e)
+
+
+_CONTEXT_LOSS = [False]
+
+
+def accept_context_loss():
+    """A law calls this when it has caught, as an accepted outcome, a device-side assert of the
+    target (e.g. an out-of-range class index under the default tier): an isolated check then
+    passes, and its worker is restarted, since its CUDA context cannot be used again."""
+    _CONTEXT_LOSS[0] = True
+
+
+def take_context_loss() -> bool:
+    """Whether the check just run accepted a lost CUDA context (and forget it)."""
+    accepted, _CONTEXT_LOSS[0] = _CONTEXT_LOSS[0], False
+    return accepted
+
+
 KINDS = {c.__name__: c for c in (PropertyFailure, UnexpectedNaN, UnexpectedInf, UnexpectedFinite, WrongNonFinite,
                                   OutOfTolerance, Differs, WrongOutput, Raised, TargetCrashed)}
 _DERIVED: dict = {}

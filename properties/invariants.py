@@ -26,7 +26,7 @@ from softmax_properties import oracles
 
 from . import tolerances as T
 from .case import TIER_OF, Case, CECase, MergeCase, StatesCase, fail, tree_code, tree_depth, tree_leaves
-from .failures import WrongOutput
+from .failures import WrongOutput, accept_context_loss, device_assert
 from .ops import OPS
 from .strategies import GRID_SHIFT, MANY_ROWS, MASKED_CHUNKS
 
@@ -1267,7 +1267,8 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=T.depth_any
     model (tolerances.depth_any: default tier; tolerances.depth: strict). Not strict, the
     default tier's allowances: a gradient formed from log-probabilities rounded to the logits'
     dtype (torch's autograd saves log_softmax's output in the dtype: z_j off by half an ulp,
-    2**-precision |z_j|, moves p_j by p_j expm1(2**-precision |z_j|)), and a reduction formed from
+    2**-precision |z_j|, moves p_j by p_j expm1(2**-precision |z_j|)), a smoothed gradient formed
+    from the two terms' cotangents, each rounded to the dtype, and a reduction formed from
     separately reduced terms each rounded to the dtype (torch's smoothed mean: (1 - eps) NLL +
     eps SMOOTH, four more roundings of at most half an ulp of sum |loss_i|)."""
     x, t = args[0], args[1]
@@ -1310,9 +1311,18 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=T.depth_any
     lse_err = tuple(T.ce_lse_error(u, lse, H, dep, logs) for u in (T.TABLE[case.dtype].u_c, T.U_ORACLE))
     eps_g = T.ce_grad_bound(case.dtype, y, x64, lse_err, lse, g0, scale, hot, eps, V)
     if not strict:
+        u = 2.0 ** -T.TABLE[case.dtype].precision
         zabs = torch.where(y > 0, (x64 - lse[..., None]).abs(), 0.0)
-        rnd = y * torch.expm1(2.0 ** -T.TABLE[case.dtype].precision * zabs) * scale.abs()[..., None]
+        rnd = y * torch.expm1(u * zabs) * scale.abs()[..., None]
         eps_g = eps_g + torch.nan_to_num(rnd, nan=0.0)
+        if eps > 0:
+            # torch's smoothed loss (1 - eps) NLL + eps SMOOTH sends log_softmax's backward a
+            # cotangent g_j = -(1 - eps) s [j = t] - (eps / V) s formed in the dtype: each term
+            # rounded and their sum rounded, |dg_j| <= 2u ((1 - eps) |s| [j = t] + (eps / V) |s|);
+            # dx_j = g_j - p_j sum_k g_k carries dg_j + p_j sum_k |dg_k|, the sum at most 2u |s|
+            terms = ((1 - eps) * hot + eps / V) * scale.abs()[..., None]
+            dg = 2 * u * terms
+            eps_g = eps_g + dg + y * dg.sum(-1, keepdim=True)
     eps_g = torch.where(ign[..., None], 0.0, eps_g)
     return ref, T.total_tolerance(eps_g, ref, case.dtype, case.dtype)
 
@@ -1670,11 +1680,15 @@ def ce_out_of_range_target_raises(case, target, strict=False):
     assume(args[1].numel() >= 1)
     try:
         out = case.call(target, *args)
+        if isinstance(out, torch.Tensor) and out.is_cuda:  # a device-side assert is asynchronous: it surfaces here, as the call's exception
+            torch.cuda.synchronize(out.device)
     except Exception as e:  # noqa: BLE001 - any clear Python exception is the law
         if isinstance(e, target.refusals) and "target" not in str(e).lower():
             reject()  # a declared refusal of something else (e.g. a dtype the target does not offer)
         if strict and "target" not in str(e).lower():
             fail(name, case, target, f"raised {type(e).__name__} without naming the target: {e}")
+        if device_assert(e):
+            accept_context_loss()  # isolated, the worker restarts; in-process the context is lost
         return
     fail(name, case, target,
          f"an out-of-range target returned a result instead of raising: {out if out.numel() <= 4 else out.shape}")

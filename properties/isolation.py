@@ -267,8 +267,10 @@ def check(inv, case, target, timeout: float = DEFAULT_TIMEOUT):
     if isinstance(got, Crash):
         raise _failure(inv.name, case, target, f"target crashed: {got.reason}", failure_class(TargetCrashed, got.short),
                        got.detail)
-    outcome, payload, side = got
+    outcome, payload, side, restart = got
     _replay(side, w)
+    if restart:  # the check accepted a lost CUDA context (failures.accept_context_loss): the worker has exited
+        w.retire()
     if outcome == "pass":
         return
     if outcome == "reject":
@@ -394,7 +396,7 @@ def _serve(conn, fault_path, threads, gpu, filters):
         _, inv_name, case, spec = msg
         answer = _check(inv_name, case, _target(targets, spec, gpu), filters)
         conn.send(answer)
-        if answer[0] == "crashed":
+        if answer[0] == "crashed" or answer[3]:
             os._exit(0)  # the CUDA context cannot be used again
 
 
@@ -414,9 +416,10 @@ def _target(targets, spec, gpu):
 def _check(inv_name, case, target, filters):
     from hypothesis.errors import HypothesisDeprecationWarning, UnsatisfiedAssumption
 
-    from .failures import PropertyFailure
+    from .failures import PropertyFailure, take_context_loss
     from .invariants import REGISTRY, WORST_ULP, refusals
     inv = next(i for i in REGISTRY if i.name == inv_name)
+    take_context_loss()
     before = {k: dict(v) for k, v in WORST_ULP.items()}  # the statistics are dicts, updated in place
     refusals.reset()
     _OBSERVED.clear()
@@ -435,12 +438,13 @@ def _check(inv_name, case, target, filters):
             outcome, payload = "fail", e
         except Exception as e:  # noqa: BLE001 - every other exception is reported as it is
             outcome, payload, err = "raised", _raised(e), e
+        accepted = take_context_loss()  # the law caught a device-side assert as its accepted outcome
         if cuda:  # an asynchronous error of this example's launches surfaces here, not in the next example
             import torch
             try:
                 torch.cuda.synchronize()
             except Exception as e:  # noqa: BLE001
-                if outcome in ("pass", "reject"):
+                if outcome in ("pass", "reject") and not accepted:
                     outcome, payload, err = "raised", _raised(e), e
         if cuda and outcome not in ("pass", "reject"):
             broken = _cuda_broken()
@@ -455,7 +459,8 @@ def _check(inv_name, case, target, filters):
     if outcome == "fail" and not _pickles(payload):  # a failure that does not pickle travels as its text
         outcome, payload = "raised", _raised(payload)
     refused = [refusals.first] * min(refusals.count, 1) + [""] * max(refusals.count - 1, 0)
-    return outcome, payload, (list(_OBSERVED), worst, notes, compile_counts(), refused)
+    restart = cuda and accepted and outcome in ("pass", "reject")
+    return outcome, payload, (list(_OBSERVED), worst, notes, compile_counts(), refused), restart
 
 
 def _raised(e: BaseException) -> tuple:

@@ -207,17 +207,21 @@ def test_two_independent_bugs_both_reported(tmp_path):
     (RuntimeError("CUDA error: out of memory"), False, False, "raised"),  # an error that leaves the context usable
     (None, False, False, "pass"),
     ("fail", True, True, "crashed"),  # a failure on garbage read after the context broke
+    ("accept", True, True, "pass"),  # a law that caught the device-side assert it expects: passes, worker restarts
 ])
 def test_cuda_errors_are_attributed_to_their_example(monkeypatch, raises, async_error, sticky, outcome):
     """The worker's CUDA path, without a GPU: torch.cuda.synchronize and the context probe are
     stand-ins. An error of the example's own launches ends that example (the worker synchronizes
     after every check), and a lost context makes it a crash, not an ordinary exception."""
-    from .. import invariants
+    from .. import failures, invariants
     from ..invariants import Invariant
 
     def check(case, target):
         if raises == "fail":
             fail("fake", case, target, "garbage", (0,), 1.0, 2.0, 0.1)
+        if raises == "accept":
+            failures.accept_context_loss()
+            return
         if raises is not None:
             raise raises
 
@@ -228,8 +232,9 @@ def test_cuda_errors_are_attributed_to_their_example(monkeypatch, raises, async_
     monkeypatch.setattr(invariants, "REGISTRY", [Invariant("fake", check, ("softmax",))])
     monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
     monkeypatch.setattr(isolation, "_cuda_broken", lambda: "CUDA error: an illegal memory access was encountered" if sticky else "")
-    got, payload, _ = isolation._check("fake", _case(2), SimpleNamespace(device="cuda", name="fake"), [])
+    got, payload, _, restart = isolation._check("fake", _case(2), SimpleNamespace(device="cuda", name="fake"), [])
     assert got == outcome, payload
+    assert restart == (raises == "accept")
     if outcome == "crashed":
         reason, detail = payload
         assert reason == "CUDA error: an illegal memory access was encountered" and "this example's launches" in detail
