@@ -18,16 +18,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sys
 
 import torch
 import triton
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-from bench import copy_bw, module_cases  # noqa: E402
-from kernels import _launch as kernels_launch  # noqa: E402
+from bench import copy_bw, module_cases
+from softmax_properties.kernels import _launch as kernels_launch
 
 
 def _env(setting: str, backward: bool) -> dict:

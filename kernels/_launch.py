@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -442,13 +443,12 @@ def note_variant(kernel: str, **constexprs) -> None:
 
 
 def compiled_kernel_count() -> int:
-    """Kernels Triton actually compiled in this process (0 under the interpreter)."""
-    from . import _merge as _m
-    from . import _merge_states as _ms
-    from . import _softmax as _s
-
+    """Kernels Triton actually compiled in this process (0 under the interpreter): those of every
+    kernel module loaded so far, each listing its JIT_KERNELS. Looked up in sys.modules rather
+    than imported, since the kernel modules import this one."""
     total = 0
-    for fn in _s.JIT_KERNELS + _m.JIT_KERNELS + _ms.JIT_KERNELS:
+    loaded = [m for name, m in list(sys.modules.items()) if name.rpartition(".")[0] == __package__]
+    for fn in (fn for m in loaded for fn in getattr(m, "JIT_KERNELS", ())):
         caches = getattr(fn, "device_caches", None)
         if caches is None:
             continue

@@ -4,13 +4,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .failures import PropertyFailure, classify, failure_class, precision_group
 from .ops import OPS
-from .strategies import Input
+from .snippets import compiled as _compiled
+
+if TYPE_CHECKING:  # annotations only: strategies builds cases, so it imports this module
+    from .strategies import Input
 
 EXPLICIT_MAX = 64  # tensors up to this many elements are printed value by value
 
@@ -41,7 +45,7 @@ def values_code(V: torch.Tensor, inp: Input, var: str = "V") -> str:
     """Code that rebuilds the logical values V exactly, as the variable `var`."""
     if V.numel() <= EXPLICIT_MAX:
         return explicit_code(V, var)
-    return (f"from properties.strategies import Logits\n"
+    return (f"from softmax_properties.properties.strategies import Logits\n"
             f"{var} = {inp.logits!r}.values().reshape({inp.shape}).to(device)")
 
 
@@ -86,7 +90,7 @@ class Case:
         lines = preamble(target_name)
         for i, (inp, name) in enumerate(zip(self.inputs, self.spec.args)):
             if i == 0 and self.spec.is_vjp:
-                lines.append("import oracles  # the suite's FP64 oracles")
+                lines.append("from softmax_properties import oracles  # the suite's FP64 oracles")
                 lines.append(values_code(inp.values(), inp, var="X"))
                 lines.append(f"V = oracles.{self.spec.forward}(X).to(torch.{str(self.dtype).replace('torch.', '')})")
             else:
@@ -260,7 +264,7 @@ class MergeCase:
         return x.to(device), lse.to(device)
 
     def _state_cpu(self, chunks):
-        import oracles
+        from softmax_properties import oracles
         device = "cpu"
         cols = torch.tensor(self.chunk_cols(chunks), dtype=torch.long, device=device)
         s = self.score_values(device).index_select(-1, cols)
@@ -281,7 +285,7 @@ class MergeCase:
         all), softmax columns in that order: (x_ref, lse_ref, mag, lam) with mag the magnitude
         the value bound scales with (p, or A = sum_j P_j |v_j|) and lam = max(|lse_c|, |lse|)
         over finite values, per row."""
-        import oracles
+        from softmax_properties import oracles
         chunks = tree_leaves(self.tree) if chunks is None else list(chunks)
         cols = torch.tensor(self.chunk_cols(chunks), dtype=torch.long, device=device)
         s = self.score_values(device).index_select(-1, cols)
@@ -308,7 +312,6 @@ class MergeCase:
 
     def lay_out(self, x, lse, i):
         """Laid-out tensors x{i}, lse{i} from logical values, by the code the reproducer prints."""
-        from .strategies import _compiled
         scope = {"torch": torch, "V": x}
         exec(_compiled(self.layout.code(f"x{i}")), scope)
         xs = scope[f"x{i}"]
@@ -360,7 +363,7 @@ class MergeCase:
                     lines.append(explicit_code(V))
                 else:
                     if not big:
-                        lines.append("from properties.case import MergeCase\nfrom properties.strategies import Layout, Logits")
+                        lines.append("from softmax_properties.properties.case import MergeCase\nfrom softmax_properties.properties.strategies import Layout, Logits")
                         lines.append(f"case = {self!r}")
                         big = True
                     lines.append(f"V = case.state([{c}], device)[{0 if var[0] == 'x' else 1}]")
@@ -417,7 +420,6 @@ class StatesCase(MergeCase):
 
     def lay_out_stacked(self, o, lse):
         """o and lse laid out by the code the reproducer prints."""
-        from .strategies import _compiled
         scope = {"torch": torch, "V": o}
         exec(_compiled(self.layout.code("o")), scope)
         o_t = scope["o"]
@@ -458,7 +460,7 @@ class StatesCase(MergeCase):
                 lines.append(explicit_code(V))
             else:
                 if not big:
-                    lines.append("from properties.case import StatesCase\nfrom properties.strategies import Layout, Logits")
+                    lines.append("from softmax_properties.properties.case import StatesCase\nfrom softmax_properties.properties.strategies import Layout, Logits")
                     lines.append(f"case = {self!r}")
                     big = True
                 lines.append(f"V = case.stacked_values()[{0 if var == 'o' else 1}].to(device)")

@@ -22,7 +22,7 @@ import hypothesis
 import torch
 from hypothesis import assume, reject
 
-import oracles
+from softmax_properties import oracles
 
 from . import tolerances as T
 from .case import TIER_OF, Case, CECase, MergeCase, StatesCase, fail, tree_code, tree_depth, tree_leaves

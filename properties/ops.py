@@ -8,7 +8,7 @@ from typing import Callable, Optional
 
 import torch
 
-import oracles
+from softmax_properties import oracles
 
 
 def _same(d):

@@ -10,13 +10,14 @@ from a line of torch code that is also what the reproducer prints: the two canno
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 from hypothesis import strategies as st
+
+from .snippets import compiled as _compiled
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _BITS_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -338,11 +339,6 @@ class Layout:
         scope = {"torch": torch, "V": V}
         exec(_compiled(self.code(name)), scope)  # the same text the reproducer prints
         return scope[name]
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(code: str):
-    return compile(code, "<layout>", "exec")
 
 
 def layouts():

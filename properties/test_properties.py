@@ -7,22 +7,10 @@ import pytest
 from hypothesis import errors, given, strategies as st
 
 from . import isolation, replay, strategies as S
+from .applicability import skip_reason
 from .invariants import REGISTRY, WORST_ULP, refusals
 
 PAIRS = [pytest.param(inv, op, id=f"{inv.name}-{op}") for inv in REGISTRY for op in inv.ops]
-
-
-def _skip_reason(inv, op, target):
-    if not target.has(op):
-        return f"target {target.name} has no {op}"
-    for need in inv.needs:
-        if need == "dim" and not target.accepts_dim(op):
-            return f"{target.name}.{op} takes no dim argument"
-        if need == "autograd" and not target.supports_autograd(op):
-            return f"{target.name}.{op} is not differentiable"
-        if need.startswith("op:") and not target.has(need[3:]):
-            return f"the law needs {need[3:]}, which target {target.name} does not offer"
-    return None
 
 
 class _TagsCase:
@@ -55,7 +43,7 @@ def test_property(inv, op, target, request):
     isolated = isolation.enabled(request.config.getoption("isolate", "off"), target.name)
     if isolated and "autograd" in inv.needs:  # the probe calls the target: in the worker too
         isolation.supports_autograd(target, op)
-    reason = _skip_reason(inv, op, target)
+    reason = skip_reason(inv, op, target)
     if reason:
         pytest.skip(reason)
     where = replay.failures_dir(request.config)
