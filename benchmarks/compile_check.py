@@ -16,11 +16,9 @@ from kernels import _softmax as K
 tgt = GPUTarget("cuda", 90, 32)
 for F64 in (False, True):
     for dt in ("bf16", "fp32") if not F64 else ("fp64",):
-        for phase in (0, 1, 2, 3):
+        for phase in (0, 1, 2):
             for op in (0, 1, 2):
-                if phase == 2 and op == 2:
-                    continue  # logsumexp's split rows always take one launch (phase 3)
-                s = {"X": f"*{dt}", "Y": f"*{'fp32' if op==2 and not F64 else ('fp64' if F64 else dt)}", "PM": "*fp64", "PS": "*fp64", "CNT": "*i32",
+                s = {"X": f"*{dt}", "Y": f"*{'fp32' if op==2 and not F64 else ('fp64' if F64 else dt)}", "PM": "*fp64", "PS": "*fp64",
                      "n_rows": "i32", "n_cols": "i32", "n1": "i32", "sx0": "i64", "sx1": "i64", "sy0": "i64", "sy1": "i64", "syc": "i32", "n_chunks": "i32",
                      "OP": "constexpr", "PHASE": "constexpr", "F64": "constexpr", "YCOL": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "NC": "constexpr", "SUB": "constexpr"}
                 c = {"OP": op, "PHASE": phase, "F64": F64, "YCOL": 0, "VEC": True, "TWO_AXES": phase == 0, "BLOCK_R": 1 if phase else 32, "BLOCK_D": 1024 if phase else 128, "NC": 8 if phase else 1,
@@ -31,7 +29,7 @@ for F64 in (False, True):
                 except Exception as e:
                     print("fwd FAIL", dt, phase, op, str(e)[-1500:]); raise SystemExit(1)
             for op in (0, 1):
-                s = {"A": f"*{dt}", "G": f"*{dt}", "DX": f"*{dt}", "PS": "*fp64", "PK": "*fp64", "CNT": "*i32", "n_rows": "i32", "n_cols": "i32", "n1": "i32",
+                s = {"A": f"*{dt}", "G": f"*{dt}", "DX": f"*{dt}", "PS": "*fp64", "PK": "*fp64", "n_rows": "i32", "n_cols": "i32", "n1": "i32",
                      "sa0": "i64", "sa1": "i64", "sg0": "i64", "sg1": "i64", "sd0": "i64", "sd1": "i64", "sdc": "i32", "n_chunks": "i32",
                      "OP": "constexpr", "PHASE": "constexpr", "F64": "constexpr", "DCOL": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "NC": "constexpr", "RELOAD": "constexpr"}
                 c = {"OP": op, "PHASE": phase, "F64": F64, "DCOL": 0, "VEC": True, "TWO_AXES": phase == 0, "BLOCK_R": 1 if phase else 32, "BLOCK_D": 1024 if phase else 128, "NC": 8 if phase else 1,
@@ -135,22 +133,41 @@ for lr, out in (("fp32", "bf16"), ("fp32", "fp16"), ("fp32", "fp32"), ("fp64", "
         except Exception as e:
             print("ce reduce FAIL", lr, out, mean, str(e)[-1500:]); raise SystemExit(1)
 
+# the looped long-row kernels (16/32-bit only)
+for dt in ("bf16", "fp16", "fp32"):
+    for op in (0, 1, 2):
+        s = {"X": f"*{dt}", "Y": f"*{'fp32' if op == 2 else dt}", "n_rows": "i32", "n_cols": "i32", "n1": "i32",
+             "sx0": "i64", "sx1": "i64", "sy0": "i64", "sy1": "i64", "syc": "i32",
+             "OP": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "YCOL": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"OP": op, "VEC": op != 1, "TWO_AXES": op == 1, "YCOL": op, "BLOCK_D": 8192}
+        try:
+            k = triton.compile(ASTSource(K._fwd_loop_kernel, s, c), target=tgt, options={"num_warps": 16, "enable_fp_fusion": False})
+            print("fwd_loop ok", dt, op)
+        except Exception as e:
+            print("fwd_loop FAIL", dt, op, str(e)[-1500:]); raise SystemExit(1)
+    for op in (0, 1):
+        s = {"A": f"*{dt}", "G": f"*{dt}", "DX": f"*{dt}", "n_rows": "i32", "n_cols": "i32", "n1": "i32",
+             "sa0": "i64", "sa1": "i64", "sg0": "i64", "sg1": "i64", "sd0": "i64", "sd1": "i64", "sdc": "i32",
+             "OP": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "DCOL": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"OP": op, "VEC": op == 0, "TWO_AXES": op == 1, "DCOL": 2 * op, "BLOCK_D": 4096}
+        try:
+            k = triton.compile(ASTSource(K._bwd_loop_kernel, s, c), target=tgt, options={"num_warps": 16, "enable_fp_fusion": False})
+            print("bwd_loop ok", dt, op)
+        except Exception as e:
+            print("bwd_loop FAIL", dt, op, str(e)[-1500:]); raise SystemExit(1)
+
 # merge_states (kernels/_merge_states.py): every dtype, tiles of one long and of many short rows,
-# one and two batch axes, with and without 16-byte vectors, one block of states (with and without
-# a column loop) and several
+# one and two batch axes, with and without 16-byte vectors
 from kernels import _merge_states as MS
 for dt in ("bf16", "fp16", "fp32", "fp64"):
-    for BR, BD, BS, one, one_tile, two, vec in ((8, 128, 8, True, True, False, True), (1, 1024, 4, True, False, True, True),
-                                                (64, 16, 2, False, False, True, False), (8, 128, 8, False, False, False, True)):
+    for BR, BD, two, vec in ((8, 128, False, True), (1, 1024, True, True), (64, 16, True, False)):
         s = {"O": f"*{dt}", "LSE": f"*{_LSE[dt]}", "OUT": f"*{dt}", "LO": f"*{_LSE[dt]}",
              "n_rows": "i32", "n_states": "i32", "n_cols": "i32", "n1": "i32", "so0": "i64", "so1": "i64", "sos": "i64",
              "sl0": "i64", "sl1": "i64", "sls": "i64", "sout0": "i64", "sout1": "i64", "slo0": "i64", "slo1": "i64",
-             "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr",
-             "BLOCK_S": "constexpr", "ONE_BLOCK": "constexpr", "ONE_TILE": "constexpr"}
-        c = {"F64": dt == "fp64", "TWO_AXES": two, "VEC": vec, "BLOCK_R": BR, "BLOCK_D": BD, "BLOCK_S": BS,
-             "ONE_BLOCK": one, "ONE_TILE": one_tile}
+             "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"F64": dt == "fp64", "TWO_AXES": two, "VEC": vec, "BLOCK_R": BR, "BLOCK_D": BD}
         try:
             triton.compile(ASTSource(MS._merge_states_kernel, s, c), target=tgt, options={"num_warps": 4})
-            print("merge_states ok", dt, BR, BD, BS, one, one_tile, two, vec)
+            print("merge_states ok", dt, BR, BD, two, vec)
         except Exception as e:
-            print("merge_states FAIL", dt, BR, BD, BS, one, one_tile, two, vec, str(e)[-1500:]); raise SystemExit(1)
+            print("merge_states FAIL", dt, BR, BD, two, vec, str(e)[-1500:]); raise SystemExit(1)

@@ -251,30 +251,16 @@ class Config:
     n_chunks: int
     num_warps: int
     sub: int = 1  # logsumexp: each row held as `sub` sub-rows (the forward kernel's SUB)
-    coop: bool = False  # split rows: one launch, the row's programs exchanging partials (coop_rows)
 
 
-def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False, lse: bool = False, device=None) -> Config:
+def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False, lse: bool = False) -> Config:
     """_row_config, cached (cleared by reload_knobs; interpreting() in the key, since tests patch
-    it): building it took ~5 us per launch here. device: where the rows are (its multiprocessor
-    count bounds the programs of a cooperative row, coop_rows); None: a CPU."""
-    return _row_config(n_cols, dtype, backward, lse, interpreting(), multiprocessors(device))
-
-
-@functools.lru_cache(maxsize=64)
-def _multiprocessors(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def multiprocessors(device) -> int:
-    """Multiprocessors of a CUDA device (0 for a CPU or under the interpreter)."""
-    if device is None or interpreting() or device.type != "cuda":
-        return 0
-    return _multiprocessors(device.index if device.index is not None else torch.cuda.current_device())
+    it): building it took ~5 us per launch here."""
+    return _row_config(n_cols, dtype, backward, lse, interpreting())
 
 
 @functools.lru_cache(maxsize=4096)
-def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _interp: bool, sms: int) -> Config:
+def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _interp: bool) -> Config:
     """Tuning knobs for the GPU (benchmarks/sweep.py): SOFTMAX_KERNELS_TILE{,_BWD} (elements
     per program) and SOFTMAX_KERNELS_PER_WARP{,_BWD} (elements per warp) for 16/32-bit rows,
     SOFTMAX_KERNELS_SPLIT_BLOCK (the 16/32-bit forward's split chunks). logsumexp (lse) takes
@@ -333,48 +319,12 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
             return Config(br, bd, False, 1, _warps(br * bd, per_warp, lo), sub)
         br = max(1, tile // bd)
         return Config(br, bd, False, 1, _warps(br * bd, per_warp, lo))
-    return _split_config(n_cols, dtype, backward, lse, mb, sms)
-
-
-def _split_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, mb: int, sms: int) -> Config:
-    """Rows longer than one block: chunks of `chunk` columns, one program each. logsumexp's last
-    program of a row merges its partials (one launch, no wait). softmax / log_softmax and the
-    backward run cooperatively where coop_rows allows (one launch; chunks doubled up to the block
-    while a row would need more programs than the GPU has multiprocessors), else in two launches
-    (partials, then the merge and the output, reading the row again)."""
-    if dtype == torch.float64:
-        chunk, per_warp = mb, (256 if backward else 1024)
-    elif lse:
-        chunk, per_warp = int(knob("SOFTMAX_KERNELS_SPLIT_BLOCK_LSE", 4096)), 1024
-    elif backward:
-        chunk, per_warp = int(knob("SOFTMAX_KERNELS_SPLIT_BLOCK_BWD", 4096)), 512
-    else:
-        chunk, per_warp = int(knob("SOFTMAX_KERNELS_SPLIT_BLOCK", 8192)), 1024
-    chunk = min(chunk, mb)
-    if lse:
-        return Config(1, chunk, True, triton.cdiv(n_cols, chunk), _split_warps(chunk, per_warp), coop=True)
-    coop = coop_rows(sms)
-    while coop and triton.cdiv(n_cols, chunk) > sms and chunk < mb:
-        chunk *= 2
-    n_chunks = triton.cdiv(n_cols, chunk)
-    return Config(1, chunk, True, n_chunks, _split_warps(chunk, per_warp), coop=coop and n_chunks <= sms)
-
-
-def _split_warps(chunk: int, per_warp: int) -> int:
-    env = knob("SOFTMAX_KERNELS_SPLIT_WARPS")
-    return int(env) if env else _warps(chunk, per_warp)
-
-
-def coop_rows(sms: int) -> bool:
-    """Whether split rows of softmax / log_softmax and their backward run cooperatively: each
-    program holds its chunk in registers, writes its partial, waits at the row's barrier
-    (_softmax._arrive_and_wait) for the row's other programs, merges their partials and writes
-    its chunk: one read and one write of the row, where two launches read it twice. A program
-    waits only for programs of its own row, so it needs the row's programs resident at once: at
-    most one per multiprocessor (sms) per row keeps that true whatever else shares the GPU
-    (_softmax._take_ticket). Under the interpreter, which runs programs one after another, never
-    (two launches there). SOFTMAX_KERNELS_COOP=0 turns it off."""
-    return sms > 0 and knob("SOFTMAX_KERNELS_COOP", "1") not in ("", "0")
+    if dtype != torch.float64 and not backward:
+        # split rows: the 16/32-bit forward's chunks are 4096 columns (H200, 256 rows of 2**20:
+        # bf16 0.53-0.55 of copy against 0.34-0.35 with 16384-column chunks,
+        # fp32 0.62 against 0.59; the backward read 0.13-0.26 either way, so it keeps max_block)
+        mb = min(mb, int(knob("SOFTMAX_KERNELS_SPLIT_BLOCK", 4096)))
+    return Config(1, mb, True, triton.cdiv(n_cols, mb), _warps(mb, per_warp, lo))
 
 
 def _lse_sub(bd: int) -> int:
@@ -395,6 +345,32 @@ def _lse_sub(bd: int) -> int:
     if sub not in (1, 2, 4, 8):
         raise ValueError(f"SOFTMAX_KERNELS_LSE_SUB must be 1, 2, 4 or 8, got {sub}")
     return sub if 128 <= bd <= 1024 and bd // sub >= 16 else 1
+
+
+def loop_rows(device) -> int:
+    """Fewest rows for the looped long-row kernels: two programs per SM (2 under the
+    interpreter, so CPU runs exercise both long-row paths: a single row takes the split path).
+    SOFTMAX_KERNELS_LOOP_ROWS overrides."""
+    env = knob("SOFTMAX_KERNELS_LOOP_ROWS")
+    if env:
+        return int(env)
+    if interpreting() or device.type != "cuda":
+        return 2
+    return 2 * torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def loop_config(backward: bool, dtype: torch.dtype) -> tuple:
+    """(chunk, num_warps) of the looped long-row kernels: 16-bit, 8192 columns with 32 per thread
+    forward, 4096 with 16 per thread backward (ptxas -v, triton 3.6, sm_90: 59-64 and 48-64
+    registers, no spills, so three or four programs per SM); float32, 16384 columns both ways (16
+    warps). Swept on an H200 (benchmarks/sweep.py, two sweeps of chunks 4096 ... 16384; float32
+    against 8192 forward and 4096 backward): at 65536 forward 0.67 -> 0.71, backward 0.62 -> 0.68
+    (softmax) and 0.76 -> 0.81 (log_softmax), at 262144 within 0.01, logsumexp 1.00 -> 0.98;
+    bfloat16 best or within 0.01 at its defaults, except logsumexp (4096: 0.70 -> 0.74 at 65536;
+    not taken, one op). SOFTMAX_KERNELS_LOOP_BLOCK{,_BWD} overrides the chunk (at most 16384)."""
+    default = 16384 if dtype.itemsize == 4 else (4096 if backward else 8192)
+    chunk = int(knob("SOFTMAX_KERNELS_LOOP_BLOCK" + ("_BWD" if backward else ""), default))
+    return chunk, _warps(chunk, 512 if backward else 1024)
 
 
 def bwd_maxnreg(dtype: torch.dtype, cfg: Config) -> int:

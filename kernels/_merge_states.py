@@ -36,22 +36,12 @@ _PTRS = ["O", "LSE", "OUT", "LO"]
 
 
 @triton.jit
-def _lse_tile(lrow, st, rmask, sls, n_states, CT: tl.constexpr):
-    """The lse of states st (a [BLOCK_S] range) of a tile's rows, as a [BLOCK_S, BLOCK_R] tile in
-    the compute type; -inf past the last state (an empty state) and for rows past the end. Every
-    state's lse is reached by stepping a 64-bit pointer (s * sls, 64-bit), not a 32-bit product."""
-    lp = lrow[None, :] + st.to(tl.int64)[:, None] * sls
-    return tl.load(lp, mask=(st < n_states)[:, None] & rmask[None, :], other=float("-inf")).to(CT)
-
-
-@triton.jit
-def _weighted_sum(lv, x, fin, ms, inv, F64: tl.constexpr):
-    """sum over the states axis (axis 0, held in each thread) of w x for a [BLOCK_S, BLOCK_R,
-    BLOCK_D] value tile, w = exp(lse - M) / D; 0 where the state is empty (a select: the values of
-    an empty state never enter the arithmetic)."""
-    live = fin[None, :] & (lv > float("-inf"))  # NaN compares False
-    w = tl.where(live, tl.exp(tl.where(live, lv, 0.0) - ms[None, :]) * inv[None, :], 0.0)
-    return tl.sum(tl.where(live[:, :, None], w[:, :, None] * widen(x, F64), 0.0), 0)
+def _weighted(lv, x, fin, ms, inv, F64: tl.constexpr):
+    """w x for one state's tile, w = exp(lse - M) / D; 0 where the state is empty (a select: the
+    values of an empty state never enter the arithmetic)."""
+    live = fin & (lv > float("-inf"))  # NaN compares False
+    w = tl.where(live, tl.exp(tl.where(live, lv, 0.0) - ms) * inv, 0.0)
+    return tl.where(live[:, None], w[:, None] * widen(x, F64), 0.0)
 
 
 @triton.jit(do_not_specialize=_INTS, do_not_specialize_on_alignment=_INTS + _PTRS)
@@ -60,96 +50,81 @@ def _merge_states_kernel(
     n_rows, n_states, n_cols, n1,
     so0, so1, sos, sl0, sl1, sls, sout0, sout1, slo0, slo1,
     F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
-    BLOCK_S: tl.constexpr, ONE_BLOCK: tl.constexpr, ONE_TILE: tl.constexpr,
 ):
-    """A [BLOCK_R, BLOCK_D] tile of output rows. The states come in blocks of BLOCK_S: their lse
-    as one [BLOCK_S, BLOCK_R] tile and their values as one [BLOCK_S, BLOCK_R, BLOCK_D] tile, the
-    states axis held in each thread and summed there. ONE_BLOCK (S <= BLOCK_S, the common case):
-    the lse tile and the value tile are loaded together, at the top, one round trip to memory
-    per program, and the lse tile serves the max, the sum D and the weights; otherwise the lse
-    blocks are read for the max, again for D and once more with each value block (from the
-    cache), the weights final before any value is read (no rescaling). ONE_TILE: one state block
-    and one column block (Dv <= BLOCK_D): no loop at all."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < n_rows
     lrow = LSE + _row_off(rows, n1, sl0, sl1, TWO_AXES)
-    st = tl.arange(0, BLOCK_S)
-    # element offsets of the value tile (64-bit: the states axis may be outermost in memory)
-    soff = st.to(tl.int64)[:, None, None] * sos
-    orow = _row_off(rows, n1, so0, so1, TWO_AXES)[None, :, None]
-    dst = (OUT + _row_off(rows, n1, sout0, sout1, TWO_AXES))[:, None]
-    cols0 = tl.arange(0, BLOCK_D)
-    if ONE_TILE:
-        # values first: their loads do not wait for the lse (an empty state's values are read
-        # too, then dropped by the select in _weighted_sum, so NaN there never reaches the sum)
-        vmask = (st < n_states)[:, None, None] & rmask[None, :, None] & (cols0 < n_cols)[None, None, :]
-        vp = O + (soff + orow + cols0[None, None, :])
-        if VEC:
-            vp = tl.max_contiguous(tl.multiple_of(vp, [1, 1, 16]), [1, 1, 16])
-            vmask = tl.max_constancy(vmask, [1, 1, 16])
-        x_first = tl.load(vp, mask=vmask, other=0.0)
-    if ONE_BLOCK:
-        lv = _lse_tile(lrow, st, rmask, sls, n_states, CT)
-        # M: the largest lse that is not NaN (a NaN lse is flagged instead); -inf when all are empty
-        nan_in = tl.max((lv != lv).to(tl.int32), 0) > 0
-        m = tl.max(tl.where(lv != lv, float("-inf"), lv), 0)
-    else:
-        m = tl.full([BLOCK_R], float("-inf"), CT)
-        has_nan = tl.zeros([BLOCK_R], tl.int32)
-        for s0 in range(0, n_states, BLOCK_S):
-            lb = _lse_tile(lrow, s0 + st, rmask, sls, n_states, CT)
-            has_nan = tl.maximum(has_nan, tl.max((lb != lb).to(tl.int32), 0))
-            m = tl.maximum(m, tl.max(tl.where(lb != lb, float("-inf"), lb), 0))
-        nan_in = has_nan > 0
+    # every state is reached by stepping a pointer (64-bit) rather than by s * stride, which
+    # overflows 32 bits where the states axis is outermost in memory.
+    # M: the largest lse that is not NaN (a NaN lse is flagged instead); -inf when all are empty
+    m = tl.full([BLOCK_R], float("-inf"), CT)
+    has_nan = tl.zeros([BLOCK_R], tl.int32)
+    lp = lrow
+    for s in range(0, n_states):
+        lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+        lp += sls
+        has_nan = tl.maximum(has_nan, (lv != lv).to(tl.int32))
+        m = tl.maximum(m, tl.where(lv != lv, float("-inf"), lv))
+    nan_in = has_nan > 0
     fin = (m > float("-inf")) & (m < float("inf"))
     ms = tl.where(fin, m, 0.0)
-    if ONE_BLOCK:
-        live = fin[None, :] & (lv > float("-inf"))  # NaN compares False
-        den = tl.sum(tl.where(live, tl.exp(tl.where(live, lv, 0.0) - ms[None, :]), 0.0), 0)
-    else:
-        den = tl.zeros([BLOCK_R], CT)
-        for s0 in range(0, n_states, BLOCK_S):
-            lb = _lse_tile(lrow, s0 + st, rmask, sls, n_states, CT)
-            live = fin[None, :] & (lb > float("-inf"))
-            den += tl.sum(tl.where(live, tl.exp(tl.where(live, lb, 0.0) - ms[None, :]), 0.0), 0)
+    den = tl.zeros([BLOCK_R], CT)
+    lp = lrow
+    for s in range(0, n_states):
+        lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+        lp += sls
+        live = fin & (lv > float("-inf"))  # NaN compares False
+        den += tl.where(live, tl.exp(tl.where(live, lv, 0.0) - ms), 0.0)
     den1 = tl.where(fin, den, 1.0)  # D >= 1 where M is finite: the state holding M adds exp(0)
     lse = tl.where(fin, ms + tl.log(den1), m)
     lse = tl.where(nan_in, float("nan"), lse)
     tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
     inv = 1.0 / den1
     poison = nan_in | (m == float("inf"))
+    orow = _row_off(rows, n1, so0, so1, TWO_AXES)[:, None]
+    dst = (OUT + _row_off(rows, n1, sout0, sout1, TWO_AXES))[:, None]
     for start in range(0, n_cols, BLOCK_D):
-        cols = start + cols0
-        cmask = rmask[:, None] & (cols < n_cols)[None, :]
-        if ONE_BLOCK:
-            if ONE_TILE:
-                x = x_first
-            else:
-                vmask = (st < n_states)[:, None, None] & cmask[None, :, :]
-                vp = O + (soff + orow + cols[None, None, :])
-                if VEC:
-                    vp = tl.max_contiguous(tl.multiple_of(vp, [1, 1, 16]), [1, 1, 16])
-                    vmask = tl.max_constancy(vmask, [1, 1, 16])
-                x = tl.load(vp, mask=vmask, other=0.0)
-            acc = _weighted_sum(lv, x, fin, ms, inv, F64)
-        else:
-            acc = tl.zeros([BLOCK_R, BLOCK_D], CT)
-            for s0 in range(0, n_states, BLOCK_S):
-                vmask = ((s0 + st) < n_states)[:, None, None] & cmask[None, :, :]
-                vp = O + ((s0 + st).to(tl.int64)[:, None, None] * sos + orow + cols[None, None, :])
-                if VEC:
-                    vp = tl.max_contiguous(tl.multiple_of(vp, [1, 1, 16]), [1, 1, 16])
-                    vmask = tl.max_constancy(vmask, [1, 1, 16])
-                x = tl.load(vp, mask=vmask, other=0.0)
-                lb = _lse_tile(lrow, s0 + st, rmask, sls, n_states, CT)
-                acc += _weighted_sum(lb, x, fin, ms, inv, F64)
+        cols = (start + tl.arange(0, BLOCK_D))[None, :]
+        mask = rmask[:, None] & (cols < n_cols)
+        if VEC:
+            mask = tl.max_constancy(mask, [1, 16])
+        acc = tl.zeros([BLOCK_R, BLOCK_D], CT)
+        lp = lrow
+        ooff = orow + cols  # element offsets of state 0's tile; state s adds s * sos, stepped in 64 bits
+        step = tl.zeros([], tl.int64)
+        # two states per iteration, both tiles loaded before either is used (as attention_merge
+        # reads its two states): twice the loads in flight per warp of a one-state loop. An empty
+        # state's values are read too (a load masked by its lse would wait for the lse) and then
+        # dropped by the select in _weighted, so NaN there never reaches the sum. The vector hints
+        # are made at each load: the stepped pointer itself carries no alignment
+        for _ in range(0, n_states // 2):
+            la = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+            lb = tl.load(lp + sls, mask=rmask, other=float("-inf")).to(CT)
+            pa = O + (ooff + step)
+            pb = O + (ooff + (step + sos))
+            if VEC:
+                pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
+                pb = tl.max_contiguous(tl.multiple_of(pb, [1, 16]), [1, 16])
+            xa = tl.load(pa, mask=mask, other=0.0)
+            xb = tl.load(pb, mask=mask, other=0.0)
+            acc += _weighted(la, xa, fin, ms, inv, F64) + _weighted(lb, xb, fin, ms, inv, F64)
+            lp += sls
+            lp += sls
+            step += sos
+            step += sos
+        if n_states % 2:
+            la = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+            pa = O + (ooff + step)
+            if VEC:
+                pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
+            xa = tl.load(pa, mask=mask, other=0.0)
+            acc += _weighted(la, xa, fin, ms, inv, F64)
         v = tl.where(poison[:, None], float("nan"), acc)  # all empty: acc stayed 0
-        out = dst + cols[None, :]
+        out = dst + cols
         if VEC:
             out = tl.max_contiguous(tl.multiple_of(out, [1, 16]), [1, 16])
-            cmask = tl.max_constancy(cmask, [1, 16])
-        tl.store(out, to_out(v, OUT.dtype.element_ty), mask=cmask)
+        tl.store(out, to_out(v, OUT.dtype.element_ty), mask=mask)
 
 
 JIT_KERNELS = (_merge_states_kernel,)
@@ -195,18 +170,16 @@ def _plan(o, lse, out, lse_out):
     return n_rows, n1, o, lse, pairs
 
 
-def _tile(n_states: int, n_cols: int, dtype: torch.dtype):
-    """(BLOCK_R, BLOCK_D, BLOCK_S, num_warps): blocks of up to 8 states (4 for float64: a float64
-    tile holds twice the bytes), a value tile of MERGE_KERNELS_STATES_TILE elements (states
-    included) per program, one warp per MERGE_KERNELS_STATES_PER_WARP of them; BLOCK_D the row
-    length (at least 16) up to the tile's share of one state block."""
-    bs = min(triton.next_power_of_2(max(n_states, 1)), 4 if dtype == torch.float64 else 8)
-    te = int(L.knob("MERGE_KERNELS_STATES_TILE", 8192 if dtype.itemsize <= 2 else 4096))
-    per_warp = int(L.knob("MERGE_KERNELS_STATES_PER_WARP", 2048 if dtype.itemsize <= 2 else 1024))
-    row_tile = max(16, te // bs)
-    bd = min(row_tile, max(16, triton.next_power_of_2(max(n_cols, 1))))
-    br = max(1, row_tile // bd)
-    return br, bd, bs, L._warps(bs * br * bd, per_warp)
+def _tile(n_cols: int):
+    """(BLOCK_R, BLOCK_D, num_warps): tiles of 1024 elements, one warp per 256, as
+    attention_merge (kernels/_merge.py, _tile: swept on the H200 for the two-state merge); BLOCK_D
+    the row length (at least 16, at most the tile). MERGE_KERNELS_STATES_TILE and
+    MERGE_KERNELS_STATES_PER_WARP override them (tuning knobs)."""
+    te = int(L.knob("MERGE_KERNELS_STATES_TILE", 1024))
+    per_warp = int(L.knob("MERGE_KERNELS_STATES_PER_WARP", 256))
+    bd = min(te, max(16, triton.next_power_of_2(max(n_cols, 1))))
+    br = max(1, te // bd)
+    return br, bd, L._warps(br * bd, per_warp)
 
 
 @L.on_tensor_device
@@ -223,12 +196,9 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     n_rows, n1, o2, l2, pairs = _plan(o, lse, out, lse_out)
     if n_rows == 0:
         return out, lse_out
-    br, bd, bs, warps = _tile(n_states, n_cols, o.dtype)
+    br, bd, warps = _tile(n_cols)
     two = n1 < n_rows
-    one = n_states <= bs
-    one_tile = one and n_cols <= bd
-    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, BLOCK_S=bs, ONE_BLOCK=one,
-                   ONE_TILE=one_tile, TWO_AXES=two)
+    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=two)
     so, sl, sout, slo = pairs
     # 16-byte vectors: every row of every state (and of the output) starts 16-byte aligned and Dv
     # is a multiple of 16
@@ -236,6 +206,5 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     _merge_states_kernel[(triton.cdiv(n_rows, br),)](
         o2, l2, out, lse_out, n_rows, n_states, n_cols, n1,
         *so, o2.stride(-2), *sl, l2.stride(-1), *sout, *slo,
-        F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, BLOCK_S=bs, ONE_BLOCK=one,
-        ONE_TILE=one_tile, num_warps=warps)
+        F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, num_warps=warps)
     return out, lse_out

@@ -33,7 +33,7 @@ from . import _launch as L
 from ._numerics import _pow2, ebits32, exp_ct, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, rowmax, rowmax_sub, sum_exact32, sum_exp, sum_exp_sub, sum_parts, sum_scaled, sum_unit, to_f32, to_out, widen
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
-WHOLE, PARTIAL, FINISH, COOP = 0, 1, 2, 3
+WHOLE, PARTIAL, FINISH = 0, 1, 2
 
 
 @triton.jit
@@ -80,8 +80,8 @@ def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
     c = tl.arange(0, NC)
     pmask = (c < n_chunks)[None, :]
     poff = rows[:, None] * n_chunks + c[None, :]
-    mc = tl.load(PM + poff, mask=pmask, other=float("-inf"), cache_modifier=".cg")
-    sc = tl.load(PS + poff, mask=pmask, other=0.0, cache_modifier=".cg")
+    mc = tl.load(PM + poff, mask=pmask, other=float("-inf"))
+    sc = tl.load(PS + poff, mask=pmask, other=0.0)
     M = nanmax(mc)
     fin = tl.abs(M) < float("inf")
     Ms = tl.where(fin, M, 0.0)
@@ -108,41 +108,9 @@ _EXP_M64: tl.constexpr = tl.constexpr(math.exp(-64.0))
 _EXP_M128: tl.constexpr = tl.constexpr(math.exp(-128.0))
 
 
-@triton.jit
-def _take_ticket(CNT, n_chunks, BLOCK_D: tl.constexpr):
-    """A cooperative program's (rows, cols, chunk, row) from a ticket, CNT[0] incremented in the
-    order programs start (not their program id): every ticket below a program's own is then held
-    by a program that has started, so a row whose tickets are all taken has all its programs
-    running or done, and only the row holding the newest ticket can be waiting for a program
-    yet to start. With at most as many programs per row as programs the GPU holds at once, that
-    row's remaining programs always find room: the spin wait of _arrive_and_wait cannot
-    deadlock, whatever order the hardware starts programs in (_launch.coop_rows)."""
-    t = tl.atomic_add(CNT, 1)
-    row = t // n_chunks
-    chunk = t % n_chunks
-    rows = row.to(tl.int64) + tl.arange(0, 1)
-    cols = chunk * BLOCK_D + tl.arange(0, BLOCK_D)
-    return rows, cols, chunk, row
-
-
-@triton.jit
-def _arrive_and_wait(CTR, n_chunks):
-    """The row's barrier: count this program in at CTR (release: its partial's stores, made by
-    any of its threads before the CTA barrier, are visible to whoever sees the count) and spin
-    until all n_chunks programs of the row are in (acquire). Scalar atomics run in one thread;
-    the barrier before (debug_barrier) orders the other threads' stores before it, and the
-    broadcast of the result orders their later loads after it. The partials are then loaded
-    past L1 (.cg in _merge_partials / _split_total)."""
-    tl.debug_barrier()
-    tl.atomic_add(CTR, 1, sem="release", scope="gpu")
-    n = tl.atomic_add(CTR, 0, sem="acquire", scope="gpu")
-    while n < n_chunks:
-        n = tl.atomic_add(CTR, 0, sem="acquire", scope="gpu")
-
-
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _fwd_kernel(
-    X, Y, PM, PS, CNT,
+    X, Y, PM, PS,
     n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc, n_chunks,
     OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, YCOL: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr, SUB: tl.constexpr = 1,
@@ -171,15 +139,17 @@ def _fwd_kernel(
         rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
         tl.store(Y + _row_off(rows, n1, sy0, sy1, TWO_AXES), to_out(lse, Y.dtype.element_ty), mask=rows < n_rows)
         return
-    if PHASE == 3 and OP != 2:
-        rows, cols, chunk, row = _take_ticket(CNT, n_chunks, BLOCK_D)
-    else:
-        rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
-        chunk = tl.program_id(1)
-        row = tl.program_id(0)
+    rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
     rmask = rows < n_rows
     cmask = cols < n_cols
     mask = rmask[:, None] & cmask[None, :]
+    if OP == 2 and PHASE == 2:
+        # logsumexp needs only the merged partials
+        M, S = _merge_partials(PM, PS, rows, n_chunks, NC)
+        fin = tl.abs(M) < float("inf")
+        lse = tl.where(fin, tl.where(fin, M, 0.0) + tl.log(S), M)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1, TWO_AXES), to_out(lse, Y.dtype.element_ty), mask=rmask)
+        return
     xp = X + _row_off(rows, n1, sx0, sx1, TWO_AXES)[:, None] + cols[None, :]
     vmask = mask
     if VEC:
@@ -205,32 +175,12 @@ def _fwd_kernel(
         tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
         m, s64, ms, d, e = _stats32(x, X.dtype.element_ty.primitive_bitwidth == 16 and (OP == 2 or BLOCK_D >= 16384))
         fin = tl.abs(m) < float("inf")
-    if PHASE == 1 or PHASE == 3:
-        poff = rows * n_chunks + chunk
-        tl.store(PM + poff, m.to(tl.float64), mask=rmask)
-        tl.store(PS + poff, s64, mask=rmask)
+    if PHASE != 2:
         if PHASE == 1:
+            poff = rows * n_chunks + tl.program_id(1)
+            tl.store(PM + poff, m.to(tl.float64), mask=rmask)
+            tl.store(PS + poff, s64, mask=rmask)
             return
-        if OP == 2:
-            # logsumexp: the row's last program to count itself in merges the partials (no wait)
-            tl.debug_barrier()
-            done = tl.atomic_add(CNT + 1 + row, 1, sem="acq_rel", scope="gpu")
-            if done == n_chunks - 1:
-                M, S = _merge_partials(PM, PS, rows, n_chunks, NC)
-                fin = tl.abs(M) < float("inf")
-                lse = tl.where(fin, tl.where(fin, M, 0.0) + tl.log(S), M)
-                tl.store(Y + _row_off(rows, n1, sy0, sy1, TWO_AXES), to_out(lse, Y.dtype.element_ty), mask=rmask)
-            return
-        # the row's other chunks: their partials merged as phase 2 does, this chunk's x still held
-        _arrive_and_wait(CNT + 1 + row, n_chunks)
-        M, S64 = _merge_partials(PM, PS, rows, n_chunks, NC)
-        m = M.to(CT)
-        s = S64.to(CT)
-        fin = tl.abs(m) < float("inf")
-        ms = tl.where(fin, m, 0.0)
-        d = x - ms[:, None]
-        e = exp_ct(d, F64)
-    elif PHASE == 0:
         s = s64.to(CT)
     if OP == 2:
         lse = tl.where(fin, ms + tl.log(s), m)
@@ -287,14 +237,81 @@ def _y32(e, d, s, fin, OP: tl.constexpr):
 
 
 @triton.jit
+def _online_merge(M, S, mc, sc):
+    """Fold a chunk's (max mc, sum sc of exp(x - mc)) into a row's running (M, S), float64: the
+    log-sum-exp merge of _merge_partials, one chunk at a time (a fixed order for a given row
+    length, so results stay bitwise reproducible). A NaN on either side makes M NaN."""
+    Mn = tl.maximum(M, mc)
+    Mn = tl.where((M != M) | (mc != mc), float("nan"), Mn)
+    fin = tl.abs(Mn) < float("inf")
+    Ms = tl.where(fin, Mn, 0.0)
+    w0 = tl.where(M == float("-inf"), 0.0, S * tl.exp(tl.where(fin, M, 0.0) - Ms))
+    w1 = tl.where(mc == float("-inf"), 0.0, sc * tl.exp(tl.where(fin, mc, 0.0) - Ms))
+    return Mn, tl.where(fin, w0 + w1, 0.0)
+
+
+@triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
+def _fwd_loop_kernel(
+    X, Y, n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc,
+    OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, YCOL: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """16/32-bit rows longer than one block, when there are enough rows to fill the GPU: one
+    program per row loops over its BLOCK_D chunks, folding each chunk's (max, sum) into the row's
+    (_online_merge), then reads the chunks again in reverse order (the last ones read are the
+    likeliest still in L2) and writes them (output columns contiguous or strided, YCOL: a reduction
+    over a non-last axis must take the same path as over the last one, bitwise)."""
+    tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
+    row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
+    xrow = X + _row_off(row, n1, sx0, sx1, TWO_AXES)[:, None]
+    M = tl.full([1], float("-inf"), tl.float64)
+    S = tl.zeros([1], tl.float64)
+    n_ck = tl.cdiv(n_cols, BLOCK_D)
+    for i in range(0, n_ck):
+        cols = i * BLOCK_D + tl.arange(0, BLOCK_D)
+        xp = xrow + cols[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        x = to_f32(tl.load(xp, mask=mask, other=float("-inf")))
+        mc, sc, ms_c, d_c, e_c = _stats32(x, OP == 2 and X.dtype.element_ty.primitive_bitwidth == 16)
+        M, S = _online_merge(M, S, mc.to(tl.float64), sc)
+    m = M.to(tl.float32)  # exact: M is one of the row's float32 values (or +-inf / NaN)
+    s = S.to(tl.float32)
+    fin = tl.abs(m) < float("inf")
+    ms = tl.where(fin, m, 0.0)
+    yrow = Y + _row_off(row, n1, sy0, sy1, TWO_AXES)
+    if OP == 2:
+        tl.store(yrow, to_out(tl.where(fin, ms + tl.log(s), m), Y.dtype.element_ty))
+        return
+    for j in range(0, n_ck):
+        cols = (n_ck - 1 - j) * BLOCK_D + tl.arange(0, BLOCK_D)
+        xp = xrow + cols[None, :]
+        if YCOL == 0:
+            yp = yrow[:, None] + cols[None, :]
+        else:
+            yp = yrow[:, None] + _col_off(cols, syc, YCOL)[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+            if YCOL == 0:
+                yp = tl.max_contiguous(tl.multiple_of(yp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        x = to_f32(tl.load(xp, mask=mask, other=float("-inf")))
+        d = x - ms[:, None]
+        y = _y32(exp_ftz(d), d, s, fin, OP)
+        tl.store(yp, to_out(y, Y.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _split_total(PS, PK, rows, rmask, n_chunks, NC: tl.constexpr):
     """A split row's total from its chunks' partial sums (ps_c * 2**k_c): (tot, k), exact order."""
     c = tl.arange(0, NC)
     pmask = rmask[:, None] & (c < n_chunks)[None, :]
     poff = rows[:, None] * n_chunks + c[None, :]
-    kc = tl.load(PK + poff, mask=pmask, other=-1022.0, cache_modifier=".cg")
+    kc = tl.load(PK + poff, mask=pmask, other=-1022.0)
     K = tl.max(kc, 1)
-    parts = ldexp(tl.load(PS + poff, mask=pmask, other=0.0, cache_modifier=".cg"), (kc - K[:, None]).to(tl.int64))
+    parts = ldexp(tl.load(PS + poff, mask=pmask, other=0.0), (kc - K[:, None]).to(tl.int64))
     return sum_scaled(parts), K.to(tl.int64)
 
 
@@ -380,7 +397,7 @@ def _out32(a, g, tot, mg, OP: tl.constexpr):
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _bwd_kernel(
-    A, G, DX, PS, PK, CNT,
+    A, G, DX, PS, PK,
     n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, n_chunks,
     OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, DCOL: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr, RELOAD: tl.constexpr,
@@ -392,12 +409,7 @@ def _bwd_kernel(
     representable and works in units of 2**k only where it is not (float64 rows near the overflow
     threshold), so dx is finite wherever the exact VJP is. A split row carries each chunk's
     partial sum with its own exponent (PS, PK) and merges them at the largest."""
-    if PHASE == 3:
-        rows, cols, chunk, row = _take_ticket(CNT, n_chunks, BLOCK_D)
-    else:
-        rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
-        chunk = tl.program_id(1)
-        row = tl.program_id(0)
+    rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
     rmask = rows < n_rows
     mask = rmask[:, None] & (cols < n_cols)[None, :]
     other_a = 0.0 if OP == 0 else float("-inf")
@@ -439,15 +451,11 @@ def _bwd_kernel(
     else:
         tot = sum_exact32(term, mt) * _pow2(q1.to(tl.int64))  # float64: no overflow, exact scaling
         k = tl.zeros_like(q1)
-    if PHASE == 1 or PHASE == 3:
-        poff = rows * n_chunks + chunk
+    if PHASE == 1:
+        poff = rows * n_chunks + tl.program_id(1)
         tl.store(PS + poff, tot, mask=rmask)
         tl.store(PK + poff, k.to(tl.float64), mask=rmask)
-        if PHASE == 1:
-            return
-        # the row's other chunks: their totals merged as phase 2 does, a and g still held
-        _arrive_and_wait(CNT + 1 + row, n_chunks)
-        tot, k = _split_total(PS, PK, rows, rmask, n_chunks, NC)
+        return
     if F64:
         dx = _out64(a, g, tot, k, OP)
     else:
@@ -467,10 +475,61 @@ def _bwd_kernel(
     tl.store(dp, to_out(dx, DX.dtype.element_ty), mask=vmask)
 
 
-JIT_KERNELS = (_fwd_kernel, _bwd_kernel)
+@triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
+def _bwd_loop_kernel(
+    A, G, DX, n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc,
+    OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, DCOL: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    """16/32-bit rows longer than one block, with enough rows to fill the GPU: one program per
+    row sums its chunks' terms (each chunk exact, _numerics.sum_exact32, scaled by its 2**q1;
+    the chunk totals added in float64 in a fixed order), then reads the chunks again in reverse
+    order and writes dx (_out32), to contiguous or strided (DCOL) output columns."""
+    tl.static_assert(BLOCK_D <= 16384, "sum_exact32 is exact for rows of at most 2**14")
+    row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
+    arow = A + _row_off(row, n1, sa0, sa1, TWO_AXES)[:, None]
+    grow = G + _row_off(row, n1, sg0, sg1, TWO_AXES)[:, None]
+    drow = DX + _row_off(row, n1, sd0, sd1, TWO_AXES)[:, None]
+    other_a = 0.0 if OP == 0 else float("-inf")
+    tot = tl.zeros([1], tl.float64)
+    n_ck = tl.cdiv(n_cols, BLOCK_D)
+    for i in range(0, n_ck):
+        cols = i * BLOCK_D + tl.arange(0, BLOCK_D)
+        ap = arow + cols[None, :]
+        gp = grow + cols[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
+            gp = tl.max_contiguous(tl.multiple_of(gp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        a = to_f32(tl.load(ap, mask=mask, other=other_a))
+        g = to_f32(tl.load(gp, mask=mask, other=0.0))
+        term, q1, mg, mt = _terms32(a, g, OP)
+        tot += sum_exact32(term, mt) * _pow2(q1.to(tl.int64))
+    for j in range(0, n_ck):
+        cols = (n_ck - 1 - j) * BLOCK_D + tl.arange(0, BLOCK_D)
+        ap = arow + cols[None, :]
+        gp = grow + cols[None, :]
+        if DCOL == 0:
+            dp = drow + cols[None, :]
+        else:
+            dp = drow + _col_off(cols, sdc, DCOL)[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
+            gp = tl.max_contiguous(tl.multiple_of(gp, [1, 16]), [1, 16])
+            if DCOL == 0:
+                dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        a = to_f32(tl.load(ap, mask=mask, other=other_a))
+        g = to_f32(tl.load(gp, mask=mask, other=0.0))
+        dx = _out32(a, g, tot, tl.max(tl.abs(g), 1), OP)
+        tl.store(dp, to_out(dx, DX.dtype.element_ty), mask=mask)
+
+
+JIT_KERNELS = (_fwd_kernel, _bwd_kernel, _fwd_loop_kernel, _bwd_loop_kernel)
 # launched through L.Launcher: after a specialization's first launch, the compiled kernel is
 # called directly (less host time per call; eager calls of short kernels are host-bound)
-_FWD, _BWD = (L.Launcher(k, enable_fp_fusion=False) for k in JIT_KERNELS)
+_FWD, _BWD, _FWD_LOOP, _BWD_LOOP = (L.Launcher(k, enable_fp_fusion=False) for k in JIT_KERNELS)
 _BWD_CAPPED = {}  # register cap -> the backward's Launcher with that ptxas .maxnreg (L.bwd_maxnreg)
 
 
@@ -497,13 +556,13 @@ def _col_mode(n_cols: int, stride: int) -> int:
     return COL_I64 if (n_cols - 1) * stride > _INT32_MAX else COL_I32
 
 
-def _split_buffers(n_rows: int, cfg: L.Config, device):
-    """A split row's partials (two float64 per chunk) and, for one launch (cfg.coop), the
-    ticket counter and one arrival counter per row, zeroed."""
-    p0 = torch.empty((n_rows, cfg.n_chunks), dtype=torch.float64, device=device)
-    p1 = torch.empty_like(p0)
-    cnt = torch.zeros(1 + n_rows, dtype=torch.int32, device=device) if cfg.coop else p0
-    return p0, p1, cnt
+def _looped(plan: L.RowPlan, dtype: torch.dtype, device) -> bool:
+    """Rows longer than one block take the looped kernels (one program per row, two passes over
+    the row, the second mostly from L2) when there are enough rows to fill the GPU and the row is
+    16/32-bit; otherwise the split kernels (a row's chunks in parallel programs, partials merged),
+    which also serve few rows of a million columns. The choice depends on the shape only (not on
+    strides), so every layout of a tensor takes the same path: results stay bitwise equal."""
+    return dtype != torch.float64 and plan.n_rows >= L.loop_rows(device)
 
 
 def _nc(cfg: L.Config) -> int:
@@ -534,7 +593,7 @@ def _forward(x: torch.Tensor, dim: int, op: int, name: str) -> torch.Tensor:
 
 
 def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -> None:
-    cfg = L.row_config(plan.n_cols, dtype, lse=op == LOGSUMEXP, device=plan.inputs[0].device)
+    cfg = L.row_config(plan.n_cols, dtype, lse=op == LOGSUMEXP)
     (x,) = plan.inputs
     (sx0, sx1), = plan.in_strides
     (sy0, sy1), = plan.out_strides
@@ -546,24 +605,24 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     args = (plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc, cfg.n_chunks)
     if not cfg.split:
         L.note_variant("fwd", OP=op, PHASE=WHOLE, dtype=str(dtype), BLOCK_R=cfg.block_r, SUB=cfg.sub, **common)
-        _FWD(_grid(cfg, plan.n_rows, WHOLE), (x, y, y, y, y) + args,
+        _FWD(_grid(cfg, plan.n_rows, WHOLE), (x, y, y, y) + args,
              dict(consts, OP=op, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1, SUB=cfg.sub), cfg.num_warps)
         return
-    pm, ps, cnt = _split_buffers(plan.n_rows, cfg, x.device)
-    nc = _nc(cfg)
-    if cfg.coop:
-        # one launch: logsumexp's programs on the (row, chunk) grid, the last of a row merging;
-        # softmax / log_softmax one program per ticket (_take_ticket)
-        L.note_variant("fwd", OP=op, PHASE=COOP, dtype=str(dtype), NC=nc, **common)
-        grid = (plan.n_rows, cfg.n_chunks) if op == LOGSUMEXP else (plan.n_rows * cfg.n_chunks,)
-        _FWD(grid, (x, y, pm, ps, cnt) + args, dict(consts, OP=op, PHASE=COOP, BLOCK_R=1, NC=nc, SUB=1), cfg.num_warps)
+    if _looped(plan, dtype, x.device):
+        chunk, warps = L.loop_config(backward=False, dtype=dtype)
+        loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], YCOL=common["YCOL"], BLOCK_D=chunk)
+        L.note_variant("fwd_loop", dtype=str(dtype), **loop)
+        _FWD_LOOP((plan.n_rows,), (x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc), loop, warps)
         return
+    pm = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=x.device)
+    ps = torch.empty_like(pm)
+    nc = _nc(cfg)
     for phase in (PARTIAL, FINISH):
         # the partial phase is the same for every op (and writes no Y): one variant serves all
         opp, yy, ncp = (op, y, nc) if phase == FINISH else (SOFTMAX, x, 1)
         L.note_variant("fwd", OP=opp, PHASE=phase, dtype=str(dtype), NC=ncp, **common)
-        _FWD((plan.n_rows, cfg.n_chunks), (x, yy, pm, ps, cnt) + args,
-             dict(consts, OP=opp, PHASE=phase, BLOCK_R=1, NC=ncp, SUB=1), cfg.num_warps)
+        grid = (plan.n_rows, 1) if (phase == FINISH and op == LOGSUMEXP) else (plan.n_rows, cfg.n_chunks)
+        _FWD(grid, (x, yy, pm, ps) + args, dict(consts, OP=opp, PHASE=phase, BLOCK_R=1, NC=ncp, SUB=1), cfg.num_warps)
 
 
 @L.on_tensor_device
@@ -575,7 +634,7 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
     dx = torch.empty(aa.shape, dtype=a.dtype, device=a.device)
     plan = L.plan_rows([aa, gg], [(dx, False)], d)
     if plan.n_rows > 0 and plan.n_cols > 0:
-        cfg = L.row_config(plan.n_cols, a.dtype, backward=True, device=a.device)
+        cfg = L.row_config(plan.n_cols, a.dtype, backward=True)
         ax, gx = plan.inputs
         (sa0, sa1), (sg0, sg1) = plan.in_strides
         (sd0, sd1), = plan.out_strides
@@ -588,24 +647,29 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         if not cfg.split:
             cap = L.bwd_maxnreg(a.dtype, cfg)
             L.note_variant("bwd", PHASE=WHOLE, dtype=str(a.dtype), BLOCK_R=cfg.block_r, maxnreg=cap, **common)
-            _bwd_launcher(cap)(_grid(cfg, plan.n_rows, WHOLE), (ax, gx, dx, dx, dx, dx) + args,
+            _bwd_launcher(cap)(_grid(cfg, plan.n_rows, WHOLE), (ax, gx, dx, dx, dx) + args,
                                dict(consts, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1), cfg.num_warps)
+        elif _looped(plan, a.dtype, a.device):
+            chunk, warps = L.loop_config(backward=True, dtype=a.dtype)
+            loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], DCOL=common["DCOL"], BLOCK_D=chunk)
+            L.note_variant("bwd_loop", dtype=str(a.dtype), **loop)
+            _BWD_LOOP((plan.n_rows,), (ax, gx, dx, plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc),
+                      loop, warps)
         else:
-            ps, pk, cnt = _split_buffers(plan.n_rows, cfg, a.device)
+            ps = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=a.device)
+            pk = torch.empty_like(ps)
             # the partials as a [1, NC] tile, NC the chunk count's power of two: read at BLOCK_D
-            # width instead, the 16384-wide float64 tile took the merge to 128 registers and 552
-            # bytes of spill stores per thread (ptxas -v, triton 3.6, sm_90a)
+            # width instead, the 16384-wide float64 tile takes phase 2 to 128 registers and 552
+            # bytes of spill stores per thread (ptxas -v, triton 3.6, sm_90a), 4.55 GB of
+            # local-memory writes for a 0.5 GB output on the H200 (ncu, 256 x 2**20 bf16: phase 2
+            # 2.34 ms of 2.72).
+            # At NC = 64: 114 registers, no spills, and 16 shared stores in the PTX, as at 16384.
             nc = _nc(cfg)
-            if cfg.coop:
-                L.note_variant("bwd", PHASE=COOP, dtype=str(a.dtype), NC=nc, **common)
-                _BWD((plan.n_rows * cfg.n_chunks,), (ax, gx, dx, ps, pk, cnt) + args, dict(consts, PHASE=COOP, BLOCK_R=1, NC=nc),
+            for phase in (PARTIAL, FINISH):
+                ncp = nc if phase == FINISH else 1
+                L.note_variant("bwd", PHASE=phase, dtype=str(a.dtype), NC=ncp, **common)
+                _BWD((plan.n_rows, cfg.n_chunks), (ax, gx, dx, ps, pk) + args, dict(consts, PHASE=phase, BLOCK_R=1, NC=ncp),
                      cfg.num_warps)
-            else:
-                for phase in (PARTIAL, FINISH):
-                    ncp = nc if phase == FINISH else 1
-                    L.note_variant("bwd", PHASE=phase, dtype=str(a.dtype), NC=ncp, **common)
-                    _BWD((plan.n_rows, cfg.n_chunks), (ax, gx, dx, ps, pk, cnt) + args,
-                         dict(consts, PHASE=phase, BLOCK_R=1, NC=ncp), cfg.num_warps)
     return dx.reshape(()) if squeeze else dx
 
 

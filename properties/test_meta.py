@@ -725,11 +725,12 @@ def test_vjp_special_value_grid(op, dtype):
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward"])
 def test_long_rows_take_one_path_for_every_layout(op):
-    """A long row's path (one cooperative launch or two) depends on the shape alone: reducing
-    dim=0 of the transposed tensor (strided output columns) launches the same kernel as the last
-    axis. Were the path chosen by layout, dim_argument could fail bitwise on a GPU: two paths may
-    round differently (not under the interpreter, where this test checks the choice itself)."""
-    rows = 3
+    """A long row's path (looped or split) depends on the shape alone: reducing dim=0 of the
+    transposed tensor (strided output columns) launches the same kernel as the last axis. Were
+    the path chosen by layout, dim_argument would fail bitwise on a GPU (e.g. (2, 49151) float32,
+    strided output columns sending the dim=0 call to the split path): the two paths round
+    differently there (not under the interpreter, where this test checks the choice itself)."""
+    rows = max(2, _launch.loop_rows(torch.device(DEV)))
     D = 2 * _launch.max_block(torch.float32) + 3
     x = torch.randn(rows, D, device=DEV)
     args = [x] if op in ("softmax", "log_softmax", "logsumexp") else [torch.softmax(x, -1), torch.randn_like(x)]
@@ -834,12 +835,12 @@ def test_direct_launch_matches_the_jit_launch(monkeypatch):
 @pytest.mark.skipif(DEV != "cuda", reason="direct launches happen on the GPU only (the interpreter runs the JIT function)")
 def test_softmax_family_direct_launch_matches_the_jit_launch(monkeypatch):
     """The softmax-family forward and backward kernels through Launcher hits and through the JIT
-    function: whole rows (short, with sub-rows for logsumexp, and long), split rows (rows longer
-    than a block), aligned and unaligned: bitwise equal."""
+    function: whole rows (short, with sub-rows for logsumexp, and long), split rows (few rows
+    longer than a block), looped rows (many of them), aligned and unaligned: bitwise equal."""
     from kernels import _softmax as sm
     mb = _launch.max_block(torch.float32)
     shapes = [(300, 128, 0), (300, 129, 1), (5, 2000, 0), (2, 2 * mb + 3, 1),
-              (3, 2 * mb + 16, 0)]
+              (max(2, _launch.loop_rows(torch.device(DEV))), 2 * mb + 16, 0)]
 
     def run():
         out = []
@@ -851,7 +852,7 @@ def test_softmax_family_direct_launch_matches_the_jit_launch(monkeypatch):
                 y, z = kernels.softmax(x), kernels.log_softmax(x)
                 out += [y, z, kernels.logsumexp(x), kernels.softmax_backward(y, dy), kernels.log_softmax_backward(z, dy)]
         return out
-    _direct_equals_jit(monkeypatch, run, lambda: (sm._FWD, sm._BWD, *sm._BWD_CAPPED.values()))
+    _direct_equals_jit(monkeypatch, run, lambda: (sm._FWD, sm._BWD, sm._FWD_LOOP, sm._BWD_LOOP, *sm._BWD_CAPPED.values()))
 
 
 @settings(max_examples=200, deadline=None)
