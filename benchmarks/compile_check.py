@@ -136,7 +136,7 @@ for lr, out in (("fp32", "bf16"), ("fp32", "fp16"), ("fp32", "fp32"), ("fp64", "
 # the looped long-row kernels (16/32-bit only)
 for dt in ("bf16", "fp16", "fp32"):
     for op in (0, 1, 2):
-        s = {"X": f"*{dt}", "Y": f"*{'fp32' if op == 2 else dt}", "n_rows": "i32", "n_progs": "i32", "n_cols": "i32", "n1": "i32",
+        s = {"X": f"*{dt}", "Y": f"*{'fp32' if op == 2 else dt}", "n_rows": "i32", "n_cols": "i32", "n1": "i32",
              "sx0": "i64", "sx1": "i64", "sy0": "i64", "sy1": "i64", "syc": "i32",
              "OP": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "YCOL": "constexpr", "BLOCK_D": "constexpr"}
         c = {"OP": op, "VEC": op != 1, "TWO_AXES": op == 1, "YCOL": op, "BLOCK_D": 8192}
@@ -146,7 +146,7 @@ for dt in ("bf16", "fp16", "fp32"):
         except Exception as e:
             print("fwd_loop FAIL", dt, op, str(e)[-1500:]); raise SystemExit(1)
     for op in (0, 1):
-        s = {"A": f"*{dt}", "G": f"*{dt}", "DX": f"*{dt}", "n_rows": "i32", "n_progs": "i32", "n_cols": "i32", "n1": "i32",
+        s = {"A": f"*{dt}", "G": f"*{dt}", "DX": f"*{dt}", "n_rows": "i32", "n_cols": "i32", "n1": "i32",
              "sa0": "i64", "sa1": "i64", "sg0": "i64", "sg1": "i64", "sd0": "i64", "sd1": "i64", "sdc": "i32",
              "OP": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "DCOL": "constexpr", "BLOCK_D": "constexpr"}
         c = {"OP": op, "VEC": op == 0, "TWO_AXES": op == 1, "DCOL": 2 * op, "BLOCK_D": 4096}
@@ -164,9 +164,8 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
         s = {"O": f"*{dt}", "LSE": f"*{_LSE[dt]}", "OUT": f"*{dt}", "LO": f"*{_LSE[dt]}",
              "n_rows": "i32", "n_states": "i32", "n_cols": "i32", "n1": "i32", "so0": "i64", "so1": "i64", "sos": "i64",
              "sl0": "i64", "sl1": "i64", "sls": "i64", "sout0": "i64", "sout1": "i64", "slo0": "i64", "slo1": "i64",
-             "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr",
-             "UNROLL": "constexpr"}
-        c = {"F64": dt == "fp64", "TWO_AXES": two, "VEC": vec, "BLOCK_R": BR, "BLOCK_D": BD, "UNROLL": 4 if vec else 1}
+             "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"F64": dt == "fp64", "TWO_AXES": two, "VEC": vec, "BLOCK_R": BR, "BLOCK_D": BD}
         try:
             triton.compile(ASTSource(MS._merge_states_kernel, s, c), target=tgt, options={"num_warps": 4})
             print("merge_states ok", dt, BR, BD, two, vec)

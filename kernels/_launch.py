@@ -359,20 +359,6 @@ def loop_rows(device) -> int:
     return 2 * torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def loop_programs(device, n_rows: int) -> int:
-    """Programs of a looped launch, each taking every n-th row (n the count returned). One per
-    row lets every resident program hold a row in flight: 3-4 programs per SM of 128 KB bf16 rows
-    of 65536 columns are 50-66 MB, past the 50 MB L2 that is to serve their second pass.
-    SOFTMAX_KERNELS_LOOP_PROGRAMS (programs per SM; 0: one per row) bounds them. Under the
-    interpreter, half the rows (each program takes two), so CPU runs reach the row loop."""
-    if interpreting() or device.type != "cuda":
-        return max(1, n_rows // 2)
-    per_sm = int(knob("SOFTMAX_KERNELS_LOOP_PROGRAMS", 0))
-    if per_sm <= 0:
-        return n_rows
-    return max(1, min(n_rows, per_sm * torch.cuda.get_device_properties(device).multi_processor_count))
-
-
 def loop_config(backward: bool, dtype: torch.dtype) -> tuple:
     """(chunk, num_warps) of the looped long-row kernels: 16-bit, 8192 columns with 32 per thread
     forward, 4096 with 16 per thread backward (ptxas -v, triton 3.6, sm_90: 59-64 and 48-64

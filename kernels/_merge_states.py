@@ -50,12 +50,7 @@ def _merge_states_kernel(
     n_rows, n_states, n_cols, n1,
     so0, so1, sos, sl0, sl1, sls, sout0, sout1, slo0, slo1,
     F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
-    UNROLL: tl.constexpr = 1,
 ):
-    """The loops over states are unrolled UNROLL times (the value loop, two states per
-    iteration, UNROLL times; the lse loops 2 UNROLL times): an iteration's loads wait for the
-    previous iteration's only where the loop is not unrolled, so unrolled, the loads of several
-    states are in flight at once. The arithmetic and its order are those of the plain loop."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < n_rows
@@ -66,7 +61,7 @@ def _merge_states_kernel(
     m = tl.full([BLOCK_R], float("-inf"), CT)
     has_nan = tl.zeros([BLOCK_R], tl.int32)
     lp = lrow
-    for s in tl.range(0, n_states, loop_unroll_factor=2 * UNROLL):
+    for s in range(0, n_states):
         lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
         lp += sls
         has_nan = tl.maximum(has_nan, (lv != lv).to(tl.int32))
@@ -76,7 +71,7 @@ def _merge_states_kernel(
     ms = tl.where(fin, m, 0.0)
     den = tl.zeros([BLOCK_R], CT)
     lp = lrow
-    for s in tl.range(0, n_states, loop_unroll_factor=2 * UNROLL):
+    for s in range(0, n_states):
         lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
         lp += sls
         live = fin & (lv > float("-inf"))  # NaN compares False
@@ -103,7 +98,7 @@ def _merge_states_kernel(
         # state's values are read too (a load masked by its lse would wait for the lse) and then
         # dropped by the select in _weighted, so NaN there never reaches the sum. The vector hints
         # are made at each load: the stepped pointer itself carries no alignment
-        for _ in tl.range(0, n_states // 2, loop_unroll_factor=UNROLL):
+        for _ in range(0, n_states // 2):
             la = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
             lb = tl.load(lp + sls, mask=rmask, other=float("-inf")).to(CT)
             pa = O + (ooff + step)
@@ -203,8 +198,7 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
         return out, lse_out
     br, bd, warps = _tile(n_cols)
     two = n1 < n_rows
-    unroll = int(L.knob("MERGE_KERNELS_STATES_UNROLL", 4 if o.dtype.itemsize <= 2 else 2))
-    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=two, UNROLL=unroll)
+    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=two)
     so, sl, sout, slo = pairs
     # 16-byte vectors: every row of every state (and of the output) starts 16-byte aligned and Dv
     # is a multiple of 16
@@ -212,5 +206,5 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     _merge_states_kernel[(triton.cdiv(n_rows, br),)](
         o2, l2, out, lse_out, n_rows, n_states, n_cols, n1,
         *so, o2.stride(-2), *sl, l2.stride(-1), *sout, *slo,
-        F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, UNROLL=unroll, num_warps=warps)
+        F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, num_warps=warps)
     return out, lse_out
