@@ -1,23 +1,17 @@
-"""Root conftest: chooses Triton's interpreter when there is no GPU (before triton is imported),
-makes sure `kernels`, `oracles` and `properties` resolve to this checkout (PyPI has unrelated
-distributions named `kernels` and `properties`), and loads the suite's plugin."""
+"""The checkout's conftest. The suite's plugin is not loaded here: it comes from the installed
+distribution's pytest11 entry point (``python -m pip install -e .``), in a checkout as in any other
+repository, so it is loaded once. This file checks that the installed package is this checkout's
+code, so that a run here never tests another copy."""
 import os
-import sys
 
-_ROOT = os.path.dirname(os.path.abspath(__file__))
-if _ROOT not in sys.path[:1]:
-    sys.path.insert(0, _ROOT)
+_ROOT = os.path.dirname(os.path.realpath(__file__))
 
-import torch  # noqa: E402  (torch does not import triton)
+try:
+    from softmax_properties import properties as _suite
+except ImportError as e:
+    raise ImportError(f"softmax-properties is not installed ({e}); from {_ROOT} run: python -m pip install -e .") from None
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-for _name in ("kernels", "oracles", "properties"):
-    _mod = __import__(_name)
-    _where = os.path.dirname(os.path.abspath(_mod.__file__))
-    if os.path.dirname(_where) != _ROOT:
-        raise ImportError(f"'{_name}' resolved to {_where}, not this checkout ({_ROOT}); "
-                          f"uninstall the unrelated PyPI package or run pytest from {_ROOT}")
-
-pytest_plugins = ["properties.plugin"]
+_where = os.path.dirname(os.path.realpath(_suite.__file__))
+if _where != os.path.join(_ROOT, "properties"):
+    raise ImportError(f"softmax_properties.properties resolves to {_where}, not this checkout ({_ROOT}); "
+                      f"install the checkout: python -m pip install -e {_ROOT}")

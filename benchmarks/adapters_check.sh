@@ -16,6 +16,7 @@ OUT=${OUT:-./adapters-out}; mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 PROFILE=${PROFILE:-gpu}
 export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/install.sh"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "installing .whl/*.whl failed (copy the .whl folder to the machine)"; exit 2; }
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -26,7 +27,7 @@ status=0
 for name in ${ADAPTERS:-liger fla}; do
   start=$(date +%s)
   timeout -s INT -k 30 "${ADAPTER_TIMEOUT:-240}" python3 -m pytest -m properties properties/test_properties.py \
-    --target "properties.targets.$name" --hypothesis-profile="$PROFILE" -q -p no:randomly -p no:benchmark \
+    --target "$name" --hypothesis-profile="$PROFILE" -q -p no:randomly -p no:benchmark \
     --properties-log "$OUT/$name.progress.log" ${PYTEST_ARGS:-} > "$OUT/$name.log" 2>&1
   s=$?
   [ $s -ne 0 ] && status=$s

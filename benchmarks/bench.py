@@ -28,8 +28,6 @@ import torch
 import triton
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
 
 def bench(fn):

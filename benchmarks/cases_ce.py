@@ -15,15 +15,13 @@ Tensors are allocated when a case is generated; drop the dict before the next on
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import kernels  # noqa: E402
-import peers  # noqa: E402
+from softmax_properties import kernels
+import peers
 
 SHAPES = [(16384, 32000), (8192, 128256), (4096, 262144)]  # (rows, V)
 

@@ -15,13 +15,11 @@ is Dv and the case name carries S.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import kernels  # noqa: E402
+from softmax_properties import kernels
 
 
 def eager_attention_merge(o_a, lse_a, o_b, lse_b):

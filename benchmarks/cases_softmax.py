@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-import kernels
+from softmax_properties import kernels
 import peers
 
 ELEMS = 2**28

@@ -18,20 +18,15 @@ it, and the host functions that took the most time.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import torch
 import triton
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-import kernels  # noqa: E402
-from bench import copy_bw  # noqa: E402
-from cases_ce import SHAPES  # noqa: E402
-from kernels import _cross_entropy as ce  # noqa: E402
-from sweep import applied  # noqa: E402
+from softmax_properties import kernels
+from bench import copy_bw
+from cases_ce import SHAPES
+from softmax_properties.kernels import _cross_entropy as ce
+from sweep import applied
 
 
 def _ms(fn):
@@ -124,7 +119,7 @@ def host_parts(shapes=((16384, 32000), (64, 32000)), n=30):
     from collections import defaultdict
 
     import torch.nn.functional as F
-    from kernels import library as lib
+    from softmax_properties.kernels import library as lib
     acc = defaultdict(float)
 
     def timed(name, fn):

@@ -4,15 +4,12 @@ compiler refuses (e.g. non-constexpr globals) before a GPU run.
 
     python benchmarks/compile_check.py
 """
-import os
-import sys
 
 import triton
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from kernels import _softmax as K
+from softmax_properties.kernels import _softmax as K
 tgt = GPUTarget("cuda", 90, 32)
 for F64 in (False, True):
     for dt in ("bf16", "fp32") if not F64 else ("fp64",):
@@ -43,7 +40,7 @@ for F64 in (False, True):
                     print("bwd FAIL", dt, phase, op, str(e)[-1500:]); raise SystemExit(1)
 
 # the merge kernels (kernels/_merge.py): every dtype, a few tile shapes, one and two batch axes
-from kernels import _merge as M
+from softmax_properties.kernels import _merge as M
 _LSE = {"bf16": "fp32", "fp16": "fp32", "fp32": "fp32", "fp64": "fp64"}
 for dt in ("bf16", "fp16", "fp32", "fp64"):
     for BR, BD in ((32, 128), (1, 4096), (64, 16)):
@@ -71,7 +68,7 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
 # cross-entropy: forward (whole-row and split), merge and backward, 16-bit / fp32 / fp64, with and
 # without label smoothing, at the GPU tile sizes (4096 / 4096 / 2048 columns) and a small-V 2-D tile;
 # the target statistics and the loss reduction
-from kernels import _cross_entropy as CE
+from softmax_properties.kernels import _cross_entropy as CE
 _ISZ = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
 for dt, blk, F64 in (("bf16", 4096, False), ("fp16", 4096, False), ("fp32", 4096, False), ("fp64", 2048, True)):
     ct = "fp64" if F64 else "fp32"
@@ -158,7 +155,7 @@ for dt in ("bf16", "fp16", "fp32"):
 
 # merge_states (kernels/_merge_states.py): every dtype, tiles of one long and of many short rows,
 # one and two batch axes, with and without 16-byte vectors
-from kernels import _merge_states as MS
+from softmax_properties.kernels import _merge_states as MS
 for dt in ("bf16", "fp16", "fp32", "fp64"):
     for BR, BD, two, vec in ((8, 128, False, True), (1, 1024, True, True), (64, 16, True, False)):
         s = {"O": f"*{dt}", "LSE": f"*{_LSE[dt]}", "OUT": f"*{dt}", "LO": f"*{_LSE[dt]}",

@@ -9,6 +9,7 @@ set -uo pipefail
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
 PROFILE=${PROFILE:-gpu}
 export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/install.sh"
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 start=$(date +%s)

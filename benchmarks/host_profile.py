@@ -14,15 +14,12 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import os
 import pstats
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import kernels  # noqa: E402
+from softmax_properties import kernels
 
 _OPS = {
     "softmax": lambda x, g: kernels.softmax(x),

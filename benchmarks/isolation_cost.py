@@ -18,18 +18,10 @@ forward, a layout law, a VJP, autograd, a merge and cross-entropy).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 import warnings
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import torch  # noqa: E402
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+import torch
 
 DEFAULT_PAIRS = ("matches_oracle-softmax,layout_invariance-log_softmax,vjp_matches_fp64_autograd-softmax_backward,"
                  "gradcheck_float64-logsumexp,merge_tree_matches_one_shot-softmax_merge,"
@@ -40,7 +32,7 @@ def draw(inv, op, n):
     """n cases of op as the suite draws them for inv (derandomized)."""
     from hypothesis import HealthCheck, given, settings, strategies as st
 
-    from properties import strategies as S
+    from softmax_properties.properties import strategies as S
     out = []
 
     @settings(max_examples=n, database=None, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
@@ -71,14 +63,14 @@ def main():
     args = ap.parse_args()
     warnings.simplefilter("ignore")
 
-    from properties import interpreter, isolation, strategies as S
-    from properties.invariants import REGISTRY
-    from properties.ops import Target
-    from properties.plugin import LIMITS
+    from softmax_properties.properties import interpreter, isolation, strategies as S, targets
+    from softmax_properties.properties.invariants import REGISTRY
+    from softmax_properties.properties.ops import Target
+    from softmax_properties.properties.plugin import LIMITS
     if interpreter.interpreting():
         interpreter.install()
     S.set_limits(LIMITS.get(args.profile, LIMITS["dev"]))
-    target = Target(args.target)
+    target = Target(targets.resolve(args.target))
     target.device = "cuda" if torch.cuda.is_available() and not interpreter.interpreting() else "cpu"
     target.record = False
     invs = {inv.name: inv for inv in REGISTRY}
@@ -123,10 +115,10 @@ def main():
           f"process), {warm:.3f} s warm (a fork), then {first:.3f} s for the first call of the target in the new "
           f"process (the autograd probe)")
 
-    crasher = Target("properties.faulty.misbehaves")
+    crasher = Target("softmax_properties.properties.faulty.misbehaves")
     crasher.device = "cpu"
-    from properties.case import Case
-    from properties.strategies import Input, Layout, Logits
+    from softmax_properties.properties.case import Case
+    from softmax_properties.properties.strategies import Input, Layout, Logits
     case = lambda cols: Case("softmax", torch.float32, (Input(Logits(2, cols, "float32", ("normal", 1, 1.0)), (2,), Layout()),))
     inv = invs["matches_oracle"]
     timed(lambda: isolation.check(inv, case(4), crasher))

@@ -15,16 +15,11 @@ which leaves the host's launch cost out), before the profiled calls.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
 import torch
 import triton
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-from bench import module_cases  # noqa: E402
+from bench import module_cases
 
 
 def main():

@@ -12,16 +12,11 @@ behind the same host time, reads 0.99 and 0.94).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-from bench import bench, copy_bw, module_cases  # noqa: E402
+from bench import bench, copy_bw, module_cases
 
 
 def main():

@@ -8,6 +8,7 @@ set -uo pipefail
 OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
 EX=${EXAMPLES:-200}
 export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/install.sh"
 common=(-m properties --hypothesis-profile=gpu --properties-examples "$EX" -q -p no:randomly -p no:benchmark)
 top() {  # top functions of a cProfile dump, by cumulative and by own time
   python3 - "$1" <<'PY'

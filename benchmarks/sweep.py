@@ -4,10 +4,9 @@ of the kernels' tuning knobs, and print the fraction of copy per setting, best m
 
 A setting is ``default`` (the launcher's own choice), a list of environment assignments
 ``NAME=VALUE[,NAME=VALUE]``, or for the softmax family the shorthand ``TILE/PER_WARP``
-(SOFTMAX_KERNELS_TILE / SOFTMAX_KERNELS_PER_WARP, with a _BWD suffix for backward cases). Settings
-are separated by ';'. The knobs: SOFTMAX_KERNELS_{TILE,PER_WARP}{,_BWD} (kernels/_launch.py),
-MERGE_KERNELS_{TILE,PER_WARP} (kernels/_merge.py), CE_KERNELS_{MAX_TILE,NUM_WARPS}
-(kernels/_cross_entropy.py).
+(SOFTMAX_KERNELS_TILE and SOFTMAX_KERNELS_PER_WARP; for backward cases SOFTMAX_KERNELS_TILE_BWD
+and SOFTMAX_KERNELS_PER_WARP_BWD). Settings are separated by ';'. The knobs, each with what it
+overrides: kernels/tuning.py (OVERRIDES).
 
     python benchmarks/sweep.py --only softmax --ops softmax --ds 128,4096 --configs "default;2048/512"
     python benchmarks/sweep.py --only merge --configs "default;MERGE_KERNELS_PER_WARP=512"
@@ -18,16 +17,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import sys
 
 import torch
 import triton
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-from bench import copy_bw, module_cases  # noqa: E402
-from kernels import _launch as kernels_launch  # noqa: E402
+from bench import copy_bw, module_cases
+from softmax_properties.kernels import _launch as kernels_launch
 
 
 def _env(setting: str, backward: bool) -> dict:
@@ -35,8 +30,9 @@ def _env(setting: str, backward: bool) -> dict:
         return {}
     if "=" not in setting:  # softmax shorthand TILE/PER_WARP
         tile, per_warp = setting.split("/")
-        sfx = "_BWD" if backward else ""
-        return {"SOFTMAX_KERNELS_TILE" + sfx: tile, "SOFTMAX_KERNELS_PER_WARP" + sfx: per_warp}
+        if backward:
+            return {"SOFTMAX_KERNELS_TILE_BWD": tile, "SOFTMAX_KERNELS_PER_WARP_BWD": per_warp}
+        return {"SOFTMAX_KERNELS_TILE": tile, "SOFTMAX_KERNELS_PER_WARP": per_warp}
     return dict(kv.split("=", 1) for kv in setting.split(","))
 
 

@@ -66,6 +66,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
+from . import tuning as T
 from ._numerics import exp_ct, to_out, widen
 
 REDUCTIONS = ("none", "mean", "sum")
@@ -364,7 +365,7 @@ def _ce_reduce_kernel(LR, STATS, OUT, n, MEAN: tl.constexpr, BLOCK: tl.constexpr
     tl.store(OUT, to_out(total, OUT.dtype.element_ty))
 
 
-JIT_KERNELS = (_ce_fwd_kernel, _ce_merge_kernel, _ce_bwd_kernel, _ce_targets_kernel, _ce_reduce_kernel)
+JIT_KERNELS = L.register_jit(_ce_fwd_kernel, _ce_merge_kernel, _ce_bwd_kernel, _ce_targets_kernel, _ce_reduce_kernel)
 # launched through L.Launcher: a plain Triton launch costs 28-62 us of host time on an H200 system
 # (benchmarks/ce_parts.py --host), four per training step
 _fwd, _merge, _bwd, _targets, _reduce = (L.Launcher(k) for k in JIT_KERNELS)
@@ -387,15 +388,15 @@ def max_tile(dtype: torch.dtype) -> int:
     if env:
         return int(env)
     if L.interpreting():
-        return 256
-    return {2: 4096, 4: 4096, 8: 2048}[dtype.itemsize]
+        return T.CE_TILE_INTERPRETER
+    return T.CE_TILE[dtype.itemsize]
 
 
 @functools.lru_cache(maxsize=None)
 def _programs_wanted(device) -> int:
     if L.interpreting() or device.type != "cuda":
-        return 4
-    return 4 * torch.cuda.get_device_properties(device).multi_processor_count
+        return T.CE_PROGRAMS_PER_SM
+    return T.CE_PROGRAMS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 class CEConfig:
@@ -411,8 +412,8 @@ class CEConfig:
         # short rows hold 1024 elements (its time goes per program, and batches of thousands of
         # short rows are checked), while rows of a whole tile or more keep one row per program,
         # so CPU runs still reach the looped and split paths
-        rows_tile = 1024 if L.interpreting() and self.block < tile else tile
-        self.block_r = max(1, min(64, rows_tile // self.block))
+        rows_tile = T.CE_ROWS_TILE_INTERPRETER if L.interpreting() and self.block < tile else tile
+        self.block_r = max(1, min(T.CE_MAX_ROWS_PER_PROGRAM, rows_tile // self.block))
         tiles = triton.cdiv(V, self.block)
         want = _programs_wanted(torch.device(device))
         chunks = 1
@@ -422,7 +423,7 @@ class CEConfig:
         self.chunk_cols = per * self.block
         self.n_chunks = triton.cdiv(V, self.chunk_cols)
         env = L.knob("CE_KERNELS_NUM_WARPS")  # a tuning knob for the GPU
-        self.num_warps = int(env) if env else max(4, min(16, self.block_r * self.block // 512))
+        self.num_warps = int(env) if env else max(4, min(16, self.block_r * self.block // T.CE_PER_WARP))
 
     def grid(self, n_rows: int):
         return (triton.cdiv(n_rows, self.block_r), self.n_chunks)

@@ -17,31 +17,21 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from . import tuning as T
+
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _DTYPE_NAMES = "float16, bfloat16, float32 or float64"
 
 
-_KNOB_PREFIXES = ("SOFTMAX_KERNELS_", "MERGE_KERNELS_", "CE_KERNELS_")
-_knobs = None
-
-
 def knob(name: str, default=None):
-    """The tuning knob `name` (an environment variable SOFTMAX_KERNELS_*, MERGE_KERNELS_*,
-    CE_KERNELS_*) as the environment held it at the first knob() call or the last reload_knobs():
-    reading os.environ on every launch costs ~1-5 us per knob, depending on the host, and a
-    launch reads up to ten. A process that changes these variables after its first launch
-    (benchmarks/sweep.py) calls reload_knobs()."""
-    if _knobs is None:
-        reload_knobs()
-    return _knobs.get(name, default)
+    """The tuning override `name` (kernels/tuning.py, OVERRIDES: every name spelled out there),
+    else default."""
+    return T.knob(name, default)
 
 
 def reload_knobs() -> None:
-    """Read the tuning knobs from os.environ again (see knob)."""
-    global _knobs
-    _knobs = {k: v for k, v in os.environ.items() if k.startswith(_KNOB_PREFIXES)}
-    if "_row_config" in globals():
-        _row_config.cache_clear()
+    """Read the tuning overrides from os.environ again (kernels/tuning.py, reload)."""
+    T.reload()
 
 
 _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -232,15 +222,15 @@ def max_block(dtype: torch.dtype, backward: bool = False) -> int:
     if env:
         return int(env)
     if interpreting():
-        return 1024  # small, so CPU runs reach the split path on small shapes
+        return T.MAX_BLOCK_INTERPRETER
     if dtype == torch.float64:
-        return 2048 if backward else 8192
-    return 16384
+        return T.MAX_BLOCK_F64_BWD if backward else T.MAX_BLOCK_F64
+    return T.MAX_BLOCK
 
 
 def tile_elems(dtype: torch.dtype) -> int:
     """Elements per program of a tile of short rows (row_config refines it)."""
-    return {1: 8192, 2: 8192, 4: 4096, 8: 2048}[dtype.itemsize]
+    return T.TILE_BY_ITEMSIZE[dtype.itemsize]
 
 
 @dataclass(frozen=True)
@@ -261,11 +251,12 @@ def row_config(n_cols: int, dtype: torch.dtype, backward: bool = False, lse: boo
 
 @functools.lru_cache(maxsize=4096)
 def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _interp: bool) -> Config:
-    """Tuning knobs for the GPU (benchmarks/sweep.py): SOFTMAX_KERNELS_TILE{,_BWD} (elements
-    per program) and SOFTMAX_KERNELS_PER_WARP{,_BWD} (elements per warp) for 16/32-bit rows,
-    SOFTMAX_KERNELS_SPLIT_BLOCK (the 16/32-bit forward's split chunks). logsumexp (lse) takes
-    the forward's, then SOFTMAX_KERNELS_{TILE,PER_WARP}_LSE where set (its sub-row tiles,
-    _lse_sub, take SOFTMAX_KERNELS_TILE_LSE only), and
+    """Defaults: kernels/tuning.py. Overrides for the GPU (benchmarks/sweep.py):
+    SOFTMAX_KERNELS_TILE and SOFTMAX_KERNELS_TILE_BWD (elements per program),
+    SOFTMAX_KERNELS_PER_WARP and SOFTMAX_KERNELS_PER_WARP_BWD (elements per warp) for 16/32-bit
+    rows, SOFTMAX_KERNELS_SPLIT_BLOCK (the 16/32-bit forward's split chunks). logsumexp (lse)
+    takes the forward's, then SOFTMAX_KERNELS_TILE_LSE and SOFTMAX_KERNELS_PER_WARP_LSE where set
+    (its sub-row tiles, _lse_sub, take SOFTMAX_KERNELS_TILE_LSE only), and
     SOFTMAX_KERNELS_MIN_WARPS (default 4) is the fewest warps of a program: logsumexp reads
     two bytes per exp in bf16 and is issue-bound at short rows, where fewer threads per row
     share the per-row work (ptxas, triton 3.6, sm_90a: bf16 D = 1024, 2 rows per program, 4 / 2
@@ -275,7 +266,7 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
     mb = max_block(dtype, backward)
     bd = max(16, triton.next_power_of_2(max(n_cols, 1)))
     if dtype == torch.float64:
-        per_warp, tile = (256, 2048) if backward else (1024, tile_elems(dtype))
+        per_warp, tile = (T.F64_BWD_PER_WARP, T.F64_BWD_TILE) if backward else (T.F64_FWD_PER_WARP, tile_elems(dtype))
     elif backward:
         # swept on an H200 (benchmarks/sweep.py): 2048-element tiles with 16 elements per
         # thread were best or within 0.02 of best at D = 128 ... 4096 in bf16 (0.92-0.94 of
@@ -283,18 +274,19 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
         # 1024-element tiles (two sweeps, against 2048: bf16 log_softmax 0.88 -> 0.90-0.91,
         # softmax 0.91-0.92 -> 0.92-0.93, fp32 log_softmax D=128 0.97 -> 1.03; at 512 and 1024
         # they lose 0.03-0.08 in bf16)
-        per_warp, tile = 512, (1024 if bd <= 256 else 2048)
+        per_warp, tile = T.BWD_PER_WARP, (T.BWD_TILE_SHORT if bd <= T.BWD_TILE_SHORT_MAX_COLS else T.BWD_TILE)
     elif dtype.itemsize == 2:
         # the same sweep: 2048-element tiles, 32 elements per thread: 0.98-0.99 at D = 128 and
         # 1024 (8192-element tiles: 0.81-0.98). Whole rows of 16384: 8 warps, not 16 (H200,
         # two sweeps each, 16 -> 8 warps: logsumexp 0.64 -> 0.81, softmax 0.86 -> 0.88,
         # log_softmax 0.87 -> 0.89; 4 warps read 0.89 / 0.90 but logsumexp 0.71; float32 keeps
         # 16: 0.98 against 0.97)
-        per_warp, tile = (2048 if 16384 <= bd <= mb else 1024), 2048
+        per_warp = T.FWD16_PER_WARP_16384 if 16384 <= bd <= mb else T.FWD16_PER_WARP
+        tile = T.FWD16_TILE
     else:
-        per_warp, tile = 1024, tile_elems(dtype)
-    lo = 4
-    if lse and dtype.itemsize == 2 and 128 <= bd <= mb and bd != 2048:
+        per_warp, tile = T.FWD32_PER_WARP, tile_elems(dtype)
+    lo = T.MIN_WARPS
+    if lse and dtype.itemsize == 2 and T.LSE16_FEWER_WARPS_FROM <= bd <= mb and bd != T.LSE16_FEWER_WARPS_NOT_AT:
         # 16-bit logsumexp of whole rows is issue-bound (two bytes per exp): fewer threads per
         # row share its per-row work. H200, 2048 elements per warp and at least 2 warps against
         # 1024 and 4: D = 128 ... 1024 (4 sub-rows, 4096-element tiles, 2 warps) 0.84 -> 0.88 and
@@ -302,11 +294,14 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
         # unchanged (8 warps either way, 0.86); 1 warp lost (0.73-0.86); float32 unchanged
         # (0.98-1.02). Not taken where not measured better: 2048 (0.70 with 4 warps, 0.68 with
         # 2, one sweep) and rows under 128 (not measured).
-        per_warp, lo = 2048, 2
+        per_warp, lo = T.LSE16_PER_WARP, T.LSE16_MIN_WARPS
     if dtype != torch.float64:
-        sfx = "_BWD" if backward else ""
-        per_warp = int(knob("SOFTMAX_KERNELS_PER_WARP" + sfx, per_warp))
-        tile = int(knob("SOFTMAX_KERNELS_TILE" + sfx, tile))
+        if backward:
+            per_warp = int(knob("SOFTMAX_KERNELS_PER_WARP_BWD", per_warp))
+            tile = int(knob("SOFTMAX_KERNELS_TILE_BWD", tile))
+        else:
+            per_warp = int(knob("SOFTMAX_KERNELS_PER_WARP", per_warp))
+            tile = int(knob("SOFTMAX_KERNELS_TILE", tile))
         if lse:
             per_warp = int(knob("SOFTMAX_KERNELS_PER_WARP_LSE", per_warp))
             tile = int(knob("SOFTMAX_KERNELS_TILE_LSE", tile))
@@ -314,7 +309,7 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
     if bd <= mb:
         sub = _lse_sub(bd) if lse and dtype != torch.float64 else 1
         if sub > 1:
-            tile = int(knob("SOFTMAX_KERNELS_TILE_LSE", 4096))
+            tile = int(knob("SOFTMAX_KERNELS_TILE_LSE", T.LSE_SUB_TILE))
             br = max(1, tile // bd)
             return Config(br, bd, False, 1, _warps(br * bd, per_warp, lo), sub)
         br = max(1, tile // bd)
@@ -323,8 +318,11 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
         # split rows: the 16/32-bit forward's chunks are 4096 columns (H200, 256 rows of 2**20:
         # bf16 0.53-0.55 of copy against 0.34-0.35 with 16384-column chunks,
         # fp32 0.62 against 0.59; the backward read 0.13-0.26 either way, so it keeps max_block)
-        mb = min(mb, int(knob("SOFTMAX_KERNELS_SPLIT_BLOCK", 4096)))
+        mb = min(mb, int(knob("SOFTMAX_KERNELS_SPLIT_BLOCK", T.SPLIT_BLOCK)))
     return Config(1, mb, True, triton.cdiv(n_cols, mb), _warps(mb, per_warp, lo))
+
+
+T.on_reload(_row_config.cache_clear)  # the configurations follow a reload of the overrides
 
 
 def _lse_sub(bd: int) -> int:
@@ -341,10 +339,10 @@ def _lse_sub(bd: int) -> int:
     copy, float32 D = 128 ... 512 0.77-0.85 -> 0.98-1.01; with 2 warps bf16 reads 0.88.
     SOFTMAX_KERNELS_LSE_SUB overrides (1 turns it off; 1, 2, 4 or 8, and sub-rows of at least 16
     columns)."""
-    sub = int(knob("SOFTMAX_KERNELS_LSE_SUB", 4))
+    sub = int(knob("SOFTMAX_KERNELS_LSE_SUB", T.LSE_SUB))
     if sub not in (1, 2, 4, 8):
         raise ValueError(f"SOFTMAX_KERNELS_LSE_SUB must be 1, 2, 4 or 8, got {sub}")
-    return sub if 128 <= bd <= 1024 and bd // sub >= 16 else 1
+    return sub if T.LSE_SUB_MIN_COLS <= bd <= T.LSE_SUB_MAX_COLS and bd // sub >= 16 else 1
 
 
 def loop_rows(device) -> int:
@@ -355,8 +353,8 @@ def loop_rows(device) -> int:
     if env:
         return int(env)
     if interpreting() or device.type != "cuda":
-        return 2
-    return 2 * torch.cuda.get_device_properties(device).multi_processor_count
+        return T.LOOP_ROWS_INTERPRETER
+    return T.LOOP_ROWS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def loop_config(backward: bool, dtype: torch.dtype) -> tuple:
@@ -367,10 +365,13 @@ def loop_config(backward: bool, dtype: torch.dtype) -> tuple:
     against 8192 forward and 4096 backward): at 65536 forward 0.67 -> 0.71, backward 0.62 -> 0.68
     (softmax) and 0.76 -> 0.81 (log_softmax), at 262144 within 0.01, logsumexp 1.00 -> 0.98;
     bfloat16 best or within 0.01 at its defaults, except logsumexp (4096: 0.70 -> 0.74 at 65536;
-    not taken, one op). SOFTMAX_KERNELS_LOOP_BLOCK{,_BWD} overrides the chunk (at most 16384)."""
-    default = 16384 if dtype.itemsize == 4 else (4096 if backward else 8192)
-    chunk = int(knob("SOFTMAX_KERNELS_LOOP_BLOCK" + ("_BWD" if backward else ""), default))
-    return chunk, _warps(chunk, 512 if backward else 1024)
+    not taken, one op). SOFTMAX_KERNELS_LOOP_BLOCK and SOFTMAX_KERNELS_LOOP_BLOCK_BWD override
+    the chunk (at most 16384)."""
+    if backward:
+        chunk = int(knob("SOFTMAX_KERNELS_LOOP_BLOCK_BWD", T.LOOP_BLOCK_32 if dtype.itemsize == 4 else T.LOOP_BLOCK_16_BWD))
+        return chunk, _warps(chunk, T.LOOP_PER_WARP_BWD)
+    chunk = int(knob("SOFTMAX_KERNELS_LOOP_BLOCK", T.LOOP_BLOCK_32 if dtype.itemsize == 4 else T.LOOP_BLOCK_16))
+    return chunk, _warps(chunk, T.LOOP_PER_WARP)
 
 
 def bwd_maxnreg(dtype: torch.dtype, cfg: Config) -> int:
@@ -392,7 +393,7 @@ def bwd_maxnreg(dtype: torch.dtype, cfg: Config) -> int:
     # 16-bit rows of 1024 columns and more, which hold exactly 64 without the float64 rounding
     # (float32 at 16384 holds 122-127 on purpose, one program per SM, and spills under a cap of
     # 64; rows of 128 hold 32-48)
-    return 64 if dtype.itemsize == 2 and cfg.block_d >= 1024 else 0
+    return T.BWD_MAXNREG if dtype.itemsize == 2 and cfg.block_d >= T.BWD_MAXNREG_FROM else 0
 
 
 def bwd_reload(dtype: torch.dtype, cfg: Config, log_softmax: bool) -> int:
@@ -409,12 +410,12 @@ def bwd_reload(dtype: torch.dtype, cfg: Config, log_softmax: bool) -> int:
     env = knob("SOFTMAX_KERNELS_RELOAD")
     if env:
         return int(env)
-    if dtype.itemsize != 2 or cfg.block_d < 16384:
+    if dtype.itemsize != 2 or cfg.block_d < T.BWD_RELOAD_FROM:
         return 0
-    return 1 if log_softmax else 2
+    return T.BWD_RELOAD_LOG_SOFTMAX if log_softmax else T.BWD_RELOAD_SOFTMAX
 
 
-def _warps(elems: int, per_warp: int = 1024, lo: int = 4) -> int:
+def _warps(elems: int, per_warp: int = 1024, lo: int = T.MIN_WARPS) -> int:
     return max(lo, min(16, elems // per_warp))
 
 
@@ -441,14 +442,21 @@ def note_variant(kernel: str, **constexprs) -> None:
     VARIANTS.add((kernel,) + tuple(sorted(constexprs.items())))
 
 
-def compiled_kernel_count() -> int:
-    """Kernels Triton actually compiled in this process (0 under the interpreter)."""
-    from . import _merge as _m
-    from . import _merge_states as _ms
-    from . import _softmax as _s
+JIT_FUNCTIONS: list = []  # every kernel module's Triton JIT functions (register_jit), for compiled_kernel_count
 
+
+def register_jit(*fns) -> tuple:
+    """Record a kernel module's JIT functions (each kernel module calls it once, at import, so this
+    module never imports them). Returns them as a tuple."""
+    JIT_FUNCTIONS.extend(fns)
+    return fns
+
+
+def compiled_kernel_count() -> int:
+    """Kernels Triton actually compiled in this process, over every registered JIT function (0
+    under the interpreter)."""
     total = 0
-    for fn in _s.JIT_KERNELS + _m.JIT_KERNELS + _ms.JIT_KERNELS:
+    for fn in JIT_FUNCTIONS:
         caches = getattr(fn, "device_caches", None)
         if caches is None:
             continue
@@ -460,7 +468,7 @@ def compiled_kernel_count() -> int:
 # ----------------------------------------------------------------------------------------------
 # launching: the compiled kernel directly, where the host's time per launch matters
 # ----------------------------------------------------------------------------------------------
-DIRECT_LAUNCH = os.environ.get("KERNELS_DIRECT_LAUNCH", "1") not in ("", "0")  # read once; A/B knob
+DIRECT_LAUNCH = T.DIRECT_LAUNCH  # KERNELS_DIRECT_LAUNCH=0: every launch through the JIT function
 
 _I32 = (-2**31, 2**31)
 

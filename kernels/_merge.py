@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
+from . import tuning as T
 from ._numerics import to_out, widen
 
 
@@ -187,7 +188,7 @@ def _softmax_merge_kernel(
         tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
 
 
-JIT_KERNELS = (_attention_merge_kernel, _softmax_merge_kernel)
+JIT_KERNELS = L.register_jit(_attention_merge_kernel, _softmax_merge_kernel)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -267,11 +268,11 @@ def _tile(n_cols: int, n_rows: int, dtype: torch.dtype, attention: bool):
     MERGE_KERNELS_PER_WARP override them (tuning knobs)."""
     bd = max(16, triton.next_power_of_2(max(n_cols, 1)))
     if attention:
-        te, pw = 1024, 256
+        te, pw = T.ATTN_MERGE_TILE, T.ATTN_MERGE_PER_WARP
     elif dtype.itemsize == 2:
-        te, pw = 4096, 1024
+        te, pw = T.SOFTMAX_MERGE16_TILE, T.SOFTMAX_MERGE16_PER_WARP
     else:
-        te, pw = 2048, 512
+        te, pw = T.SOFTMAX_MERGE32_TILE, T.SOFTMAX_MERGE32_PER_WARP
     te = int(L.knob("MERGE_KERNELS_TILE", te))
     per_warp = int(L.knob("MERGE_KERNELS_PER_WARP", pw))
     bd = min(te, bd)

@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
+from . import tuning as T
 from ._merge import _lse_dtype, _row_off
 from ._numerics import to_out, widen
 
@@ -127,7 +128,7 @@ def _merge_states_kernel(
         tl.store(out, to_out(v, OUT.dtype.element_ty), mask=mask)
 
 
-JIT_KERNELS = (_merge_states_kernel,)
+JIT_KERNELS = L.register_jit(_merge_states_kernel)
 
 
 def _check(o, lse):
@@ -175,8 +176,8 @@ def _tile(n_cols: int):
     attention_merge (kernels/_merge.py, _tile: swept on the H200 for the two-state merge); BLOCK_D
     the row length (at least 16, at most the tile). MERGE_KERNELS_STATES_TILE and
     MERGE_KERNELS_STATES_PER_WARP override them (tuning knobs)."""
-    te = int(L.knob("MERGE_KERNELS_STATES_TILE", 1024))
-    per_warp = int(L.knob("MERGE_KERNELS_STATES_PER_WARP", 256))
+    te = int(L.knob("MERGE_KERNELS_STATES_TILE", T.STATES_TILE))
+    per_warp = int(L.knob("MERGE_KERNELS_STATES_PER_WARP", T.STATES_PER_WARP))
     bd = min(te, max(16, triton.next_power_of_2(max(n_cols, 1))))
     br = max(1, te // bd)
     return br, bd, L._warps(br * bd, per_warp)

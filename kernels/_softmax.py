@@ -526,7 +526,7 @@ def _bwd_loop_kernel(
         tl.store(dp, to_out(dx, DX.dtype.element_ty), mask=mask)
 
 
-JIT_KERNELS = (_fwd_kernel, _bwd_kernel, _fwd_loop_kernel, _bwd_loop_kernel)
+JIT_KERNELS = L.register_jit(_fwd_kernel, _bwd_kernel, _fwd_loop_kernel, _bwd_loop_kernel)
 # launched through L.Launcher: after a specialization's first launch, the compiled kernel is
 # called directly (less host time per call; eager calls of short kernels are host-bound)
 _FWD, _BWD, _FWD_LOOP, _BWD_LOOP = (L.Launcher(k, enable_fp_fusion=False) for k in JIT_KERNELS)

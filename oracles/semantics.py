@@ -1,5 +1,5 @@
 """The semantics table: what every op returns for edge rows. torch's CPU float64 ops are the
-reference for meaning; properties/test_meta.py checks that the FP64 oracle and torch both agree
+reference for meaning; properties/selftest/test_meta.py checks that the FP64 oracle and torch both agree
 with every row of this table, so the table cannot drift from either.
 
 Each entry: (what, row, softmax, log_softmax, logsumexp). "nan" marks NaN outputs.

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import dataclass
 
@@ -10,22 +9,10 @@ import numpy as np
 import torch
 
 from .failures import PropertyFailure, classify, failure_class, precision_group
+from .snippets import built
 from .spec import lookup, lse_dtype
 
 EXPLICIT_MAX = 64  # tensors up to this many elements are printed value by value
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(code: str):
-    return compile(code, "<layout>", "exec")
-
-
-def built(code: str, name: str, **scope):
-    """Run a line of tensor-building code (the text a reproducer prints, so the two cannot
-    disagree) and return the tensor it names. ``scope``: its variables (``V``, ``device``)."""
-    scope["torch"] = torch
-    exec(_compiled(code), scope)
-    return scope[name]
 
 
 def _fmt(v: float) -> str:
@@ -54,7 +41,7 @@ def values_code(V: torch.Tensor, inp, var: str = "V") -> str:
     """Code that rebuilds the logical values V exactly, as the variable `var`."""
     if V.numel() <= EXPLICIT_MAX:
         return explicit_code(V, var)
-    return (f"from properties.strategies import Logits\n"
+    return (f"from softmax_properties.properties.strategies import Logits\n"
             f"{var} = {inp.logits!r}.values().reshape({inp.shape}).to(device)")
 
 
@@ -127,7 +114,7 @@ class Case(OpCase):
         lines = preamble(target_name)
         for i, (inp, name) in enumerate(zip(self.inputs, self.spec.args)):
             if i == 0 and self.spec.is_vjp:
-                lines.append("import oracles  # the suite's FP64 oracles")
+                lines.append("from softmax_properties import oracles  # the suite's FP64 oracles")
                 lines.append(values_code(inp.values(), inp, var="X"))
                 lines.append(f"V = oracles.{self.spec.forward}(X).to(torch.{str(self.dtype).replace('torch.', '')})")
             else:
@@ -308,7 +295,7 @@ class MergeCase(OpCase):
         return x.to(device), lse.to(device)
 
     def _state_cpu(self, chunks):
-        import oracles
+        from softmax_properties import oracles
         device = "cpu"
         cols = torch.tensor(self.chunk_cols(chunks), dtype=torch.long, device=device)
         s = self.score_values(device).index_select(-1, cols)
@@ -329,7 +316,7 @@ class MergeCase(OpCase):
         all), softmax columns in that order: (x_ref, lse_ref, mag, lam) with mag the magnitude
         the value bound scales with (p, or A = sum_j P_j |v_j|) and lam = max(|lse_c|, |lse|)
         over finite values, per row."""
-        import oracles
+        from softmax_properties import oracles
         chunks = tree_leaves(self.tree) if chunks is None else list(chunks)
         cols = torch.tensor(self.chunk_cols(chunks), dtype=torch.long, device=device)
         s = self.score_values(device).index_select(-1, cols)
@@ -403,7 +390,7 @@ class MergeCase(OpCase):
                     lines.append(explicit_code(V))
                 else:
                     if not big:
-                        lines.append("from properties.case import MergeCase\nfrom properties.strategies import Layout, Logits")
+                        lines.append("from softmax_properties.properties.case import MergeCase\nfrom softmax_properties.properties.strategies import Layout, Logits")
                         lines.append(f"case = {self!r}")
                         big = True
                     lines.append(f"V = case.state([{c}], device)[{0 if var[0] == 'x' else 1}]")
@@ -507,7 +494,7 @@ class StatesCase(MergeCase):
                 lines.append(explicit_code(V))
             else:
                 if not big:
-                    lines.append("from properties.case import StatesCase\nfrom properties.strategies import Layout, Logits")
+                    lines.append("from softmax_properties.properties.case import StatesCase\nfrom softmax_properties.properties.strategies import Layout, Logits")
                     lines.append(f"case = {self!r}")
                     big = True
                 lines.append(f"V = case.stacked_values()[{0 if var == 'o' else 1}].to(device)")

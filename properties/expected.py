@@ -1,7 +1,8 @@
 """Expected failures per target, in the manner of array-api-tests' xfails file.
 
-``properties/xfails/<target module>.txt`` (e.g. ``properties/xfails/properties.targets.fla.txt``), or
-the file given with ``--xfails PATH``: one pattern per line, each with a ``# reason``::
+``properties/xfails/<target>.txt`` for a built-in target (e.g. ``properties/xfails/fla.txt``), or
+the file given with ``--xfails PATH`` (a target of one's own keeps its file in its own repository):
+one pattern per line, each with a ``# reason``::
 
     test_property[ce_ignored_rows_do_not_count-cross_entropy_backward]  # fla follows torch: ...
     test_property[*-softmax_backward]  # a glob: * any characters, ? one
@@ -20,6 +21,8 @@ import warnings
 from dataclasses import dataclass
 
 import pytest
+
+from . import targets
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "xfails")
 
@@ -44,7 +47,7 @@ class Entry:
 
 
 def default_path(target_name: str) -> str:
-    return os.path.join(HERE, f"{target_name}.txt")
+    return os.path.join(HERE, f"{targets.short_name(target_name)}.txt")
 
 
 def parse(path: str) -> list:

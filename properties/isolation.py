@@ -45,10 +45,11 @@ import traceback
 import warnings
 from multiprocessing.connection import wait
 
+from .targets import OWN_KERNELS  # the project's kernels: not isolated under --isolate auto
+
 MODES = ("auto", "on", "off")
 DEFAULT_TIMEOUT = 600.0  # seconds one check may take before it counts as a hang
 START_TIMEOUT = 300.0  # seconds a new worker may take to import torch, triton and the target
-OWN_KERNELS = "kernels"  # the project's kernels: not isolated under --isolate auto
 
 
 def enabled(mode: str, target_name: str) -> bool:
@@ -61,11 +62,11 @@ def enabled(mode: str, target_name: str) -> bool:
 def compile_counts() -> tuple:
     """(kernel variants requested, Triton compilations) of the project's kernels in this process
     ((0, 0) when they were not imported: a target of its own does not pay for importing them)."""
-    if "kernels" not in sys.modules:
+    if OWN_KERNELS not in sys.modules:
         return (0, 0)
     try:
-        import kernels
-        from kernels import _launch
+        from softmax_properties import kernels
+        from softmax_properties.kernels import _launch
         return (len(_launch.VARIANTS), kernels.compiled_kernel_count())
     except Exception:
         return (0, 0)
@@ -243,8 +244,8 @@ def _context(preload):
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "triton", "numpy", "numpy.random", "hypothesis", "oracles",
-                                "properties.invariants", "properties.isolation", *preload])
+    ctx.set_forkserver_preload(["torch", "triton", "numpy", "numpy.random", "hypothesis", "softmax_properties.oracles",
+                                f"{__package__}.invariants", f"{__package__}.isolation", *preload])
     return ctx
 
 

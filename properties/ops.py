@@ -10,7 +10,7 @@ import types
 
 import torch
 
-import oracles
+from softmax_properties import oracles
 
 from . import strategies as S, truth
 from .spec import OPS, OpSpec, lookup, lse_dtype, register

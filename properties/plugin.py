@@ -1,9 +1,24 @@
-"""The pytest plugin: options, marker, Hypothesis profiles, report header and summary.
+"""The pytest plugin: options, markers, Hypothesis profiles, collection, report header and summary.
 
-* ``--target MODULE``: the module under test (default: the project's ``kernels``).
+Loaded through the distribution's ``pytest11`` entry point, so it is active in every pytest run
+of an environment the distribution is installed in. Its options and markers always exist; the
+rest (the Hypothesis profile, shape limits, the interpreter's patches, warning filters, the
+expected failures) applies only to a run that collects the suite (``_suite_collected``), so a
+kernel repository's own tests run as they would without it.
+
+* ``--target TARGET``: the module under test: a built-in target's short name (``kernels``, the
+  default: the project's own kernels; ``torch``, ``torch_compile``, ``naive_triton``, ``liger``,
+  ``fla``; properties/targets/__init__.py) or any importable module path.
 * ``--isolate {auto,on,off}``: run each check in a worker process that may crash
   (properties/isolation.py); auto: on for every target but the project's kernels.
-* the ``properties`` marker is registered here and applied to every test under properties/.
+* markers: ``properties`` on every test of this package, ``selftest`` on the project's own tests
+  (properties/selftest/: meta tests, the mutant zoo, the kernels' unit tests). Those are
+  collected only when the target is the project's kernels: a ``--target`` of one's own runs the
+  target-facing tests alone.
+* test modules of this package are imported under their package name (``_PackageModule``),
+  whatever pytest's ``--import-mode``: pytest would name them after their folder
+  (``properties.test_properties``), a second copy of every module they import, registries
+  included.
 * profiles: ``ci`` (CPU interpreter: deterministic, small shapes), ``dev``, ``gpu`` (default when
   CUDA is present: 1,000 examples per property), ``nightly`` (10,000 examples, larger batches).
   Choose with Hypothesis's own ``--hypothesis-profile``. In every profile matches_oracle feeds
@@ -13,17 +28,22 @@
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+
 import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from . import isolation, strategies as S
+from . import isolation, strategies as S, targets
 
 _COMMON = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
                                       HealthCheck.function_scoped_fixture])
-settings.register_profile("ci", max_examples=30, derandomize=True, **_COMMON)
+# registered when the plugin loads, so that --hypothesis-profile finds them; "ci" replaces
+# Hypothesis's own profile of that name (which Hypothesis loads by itself on CI machines), so it is
+# registered only for a run that collects the suite (pytest_configure)
+CI_PROFILE = settings(max_examples=30, derandomize=True, **_COMMON)
 settings.register_profile("dev", max_examples=100, **_COMMON)
 settings.register_profile("gpu", max_examples=1000, **_COMMON)
 settings.register_profile("nightly", max_examples=10000, **_COMMON)
@@ -77,6 +97,76 @@ def pytest_runtest_logreport(report):
             REPLAYS.append(val)
 
 
+# ----------------------------------------------------------------------------------------------
+# collection: this package's tests under their package names; the project's own tests apart
+# ----------------------------------------------------------------------------------------------
+PACKAGE_DIR = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+SELFTEST = f"{__package__}.selftest"  # the project's own tests (properties/selftest/)
+WARNINGS = ("ignore::RuntimeWarning:triton.runtime.interpreter",  # numpy overflow inside interpreted kernels
+            "ignore:.*deterministic.*:UserWarning")  # torch's note on deterministic algorithms
+
+
+def module_name(path) -> str | None:
+    """The import name of a file or folder inside this package (None outside it)."""
+    rel = os.path.relpath(os.path.realpath(str(path)), PACKAGE_DIR)
+    if rel == os.curdir:
+        return __package__
+    if rel.startswith(os.pardir) or os.path.isabs(rel):
+        return None
+    parts = rel[:-3].split(os.sep) if rel.endswith(".py") else rel.split(os.sep)
+    return ".".join([__package__, *parts])
+
+
+class _PackageModule(pytest.Module):
+    """A test module of this package, imported by its package name."""
+
+    def _getobj(self):
+        mod = importlib.import_module(module_name(self.path))
+        self.config.pluginmanager.consider_module(mod)
+        return mod
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path, parent):
+    if module_name(module_path) is not None:
+        return _PackageModule.from_parent(parent, path=module_path)
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path, parent):
+    """This package's folders as plain directories: pytest's Package collector would import each
+    __init__.py by its folder's name (a second copy of the package)."""
+    if module_name(path) is not None:
+        return pytest.Dir.from_parent(parent, path=path)
+    return None
+
+
+def pytest_ignore_collect(collection_path, config):
+    """The project's own tests run against the project's kernels only."""
+    if module_name(collection_path) == SELFTEST and config.getoption("target") != targets.OWN_KERNELS:
+        return True
+    return None  # not False: that would overrule pytest's own --ignore
+
+
+def _suite_collected(config) -> bool:
+    """Whether the run's arguments reach this package: a path inside it or above it (the
+    checkout's root, its testpaths), or, with --pyargs, a module of it."""
+    for arg in config.args:
+        where = arg.split("::")[0]
+        if config.getoption("pyargs", False):
+            try:
+                spec = importlib.util.find_spec(where)
+            except (ImportError, ValueError):
+                spec = None
+            if spec is not None and spec.origin not in (None, "namespace"):
+                where = os.path.dirname(spec.origin) if spec.submodule_search_locations else spec.origin
+        path = os.path.realpath(os.path.join(str(config.invocation_params.dir), where))
+        if path == PACKAGE_DIR or path.startswith(PACKAGE_DIR + os.sep) or PACKAGE_DIR.startswith(path + os.sep):
+            return True
+    return False
+
+
 def _profile_name(config) -> str:
     name = config.getoption("hypothesis_profile", None)
     if name:
@@ -87,8 +177,10 @@ def _profile_name(config) -> str:
 
 def pytest_addoption(parser):
     group = parser.getgroup("softmax-properties", "softmax-family property suite")
-    group.addoption("--target", default="kernels", metavar="MODULE",
-                    help="importable module whose softmax/log_softmax/logsumexp/... are tested (default: kernels)")
+    group.addoption("--target", default="kernels", metavar="TARGET",
+                    help="the module whose softmax/log_softmax/logsumexp/... are tested: a built-in target ("
+                         + ", ".join(targets.BUILTIN) + "; default: kernels, the project's own) or any importable "
+                         "module path; any other target runs the target-facing tests alone")
     group.addoption("--tier", default="default", choices=("default", "strict"),
                     help="default: the laws every correct implementation passes (a failure is a bug); strict: "
                          "those plus the reproducibility and robustness guarantees beyond them (bitwise layout / "
@@ -99,10 +191,11 @@ def pytest_addoption(parser):
     group.addoption("--properties-examples", type=int, default=None, metavar="N",
                     help="examples per property, overriding the profile's max_examples (its shapes stay)")
     group.addoption("--xfails", default=None, metavar="PATH",
-                    help="expected failures (default: properties/xfails/<target>.txt if it exists); see properties/expected.py")
+                    help="expected failures (default: the built-in target's properties/xfails/<target>.txt); "
+                         "see properties/expected.py")
     group.addoption("--properties-failures", default=".properties-failures", metavar="DIR",
                     help="write each failing case as a replay script to DIR (relative to the rootdir; '' turns it off); "
-                         "replay: python -m properties.replay FILE --target MODULE")
+                         "replay: python -m softmax_properties.properties.replay FILE --target TARGET")
     group.addoption("--isolate", default="auto", choices=isolation.MODES,
                     help="run each invariant check in a worker process, so that a crash of the target (a segfault, a "
                          "broken CUDA context, a hang) is a failure Hypothesis shrinks and the run goes on "
@@ -115,10 +208,22 @@ def pytest_addoption(parser):
 @pytest.hookimpl(trylast=True)  # after Hypothesis's own plugin has loaded --hypothesis-profile
 def pytest_configure(config):
     global _LOG_PATH
-    _LOG_PATH = None if hasattr(config, "workerinput") else config.getoption("properties_log", None)
     config.addinivalue_line("markers", "properties: property-based correctness tests of softmax-family kernels")
+    config.addinivalue_line("markers", "selftest: the project's own tests (properties/selftest/), collected only "
+                                       "when --target is the project's kernels")
     config.addinivalue_line("markers", "tier(name): the tier of a test that is not a registered invariant "
                                        "('strict' runs only with --tier strict)")
+    try:
+        config.option.target = targets.resolve(config.getoption("target"))
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    config._softmax_in_use = _suite_collected(config)
+    if not config._softmax_in_use:
+        return
+    _LOG_PATH = None if hasattr(config, "workerinput") else config.getoption("properties_log", None)
+    for line in WARNINGS:
+        config.addinivalue_line("filterwarnings", line)
+    settings.register_profile("ci", CI_PROFILE)  # takes effect at once where "ci" is already the active profile
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("gpu" if torch.cuda.is_available() else "ci")
     from . import interpreter
@@ -161,11 +266,15 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if not getattr(config, "_softmax_in_use", False):
+        return
     from . import expected
-    here = os.path.dirname(__file__)
     for item in items:
-        if str(item.fspath).startswith(here):
+        name = module_name(item.path)
+        if name is not None:
             item.add_marker(pytest.mark.properties)
+            if name.startswith(SELFTEST + "."):
+                item.add_marker(pytest.mark.selftest)
     # the tier: strict-tier laws run only with --tier strict (before the expected failures are
     # applied, so an xfails entry naming a strict law still matches a collected test)
     if config.getoption("tier") != "strict":
@@ -193,6 +302,8 @@ def item_tier(item) -> str:
 
 
 def pytest_report_header(config):
+    if not getattr(config, "_softmax_in_use", False):
+        return []
     import triton
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     dev = (f"{n} x {torch.cuda.get_device_name(0)}" if n > 1 else torch.cuda.get_device_name(0)) if n else "cpu (Triton interpreter)"
@@ -205,7 +316,8 @@ def pytest_report_header(config):
     left = sorted(f for f in os.listdir(where) if f.endswith(replay.PENDING)) if where and os.path.isdir(where) else []
     for f in left:  # a pending file is removed when its test ends: this one's process died during a check
         path = os.path.relpath(os.path.join(where, f))
-        lines.append(f"softmax-properties: a run died while checking the case in {path}: python -m properties.replay {path}")
+        lines.append(f"softmax-properties: a run died while checking the case in {path}: "
+                     f"python -m softmax_properties.properties.replay {path}")
     return lines + _interpreter_header()
 
 
@@ -254,7 +366,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if REPLAYS:
         tr.section("softmax-properties: counterexamples saved")
         for path in REPLAYS:
-            tr.write_line(f"python -m properties.replay {path} [--target MODULE]")
+            tr.write_line(f"python -m softmax_properties.properties.replay {path} [--target TARGET]")
     if COMPILES:
         v = sum(c[0] for c in COMPILES.values())
         n = sum(c[1] for c in COMPILES.values())

@@ -3,22 +3,25 @@ any target.
 
 The plugin (``--properties-failures DIR``, default ``.properties-failures/`` under the rootdir;
 an empty value turns it off) writes one file per failure of ``test_property``, named
-``<target>.<invariant>-<op>.py`` (``-2``, ``-3``... when one test reports several failures; a
-later failure of the same test overwrites it). The file holds the invariant's name, the target
-it failed on and the drawn case as the evaluable repr of its dataclass, the same recipe
-Hypothesis prints under "Draw 1 (case)". Replay re-runs the invariant's whole check on that case
-(every call the law makes, its oracle, tolerance and report), not just the op call:
+``<target>.<invariant>-<op>.py`` (the target's short name where it is built in; ``-2``, ``-3``...
+when one test reports several failures; a later failure of the same test overwrites it). The
+file holds the invariant's name, the target it failed on and the drawn case as the evaluable
+repr of its dataclass, the same recipe Hypothesis prints under "Draw 1 (case)". Replay re-runs
+the invariant's whole check on that case (every call the law makes, its oracle, tolerance and
+report), not just the op call:
 
-    python -m properties.replay .properties-failures/FILE.py --target MODULE   # any target
-    python -m properties.replay .properties-failures/                         # every file, its own target
-    python .properties-failures/FILE.py                                       # the target it failed on
+    python -m softmax_properties.properties.replay .properties-failures/FILE.py   # the target it failed on
+    python -m softmax_properties.properties.replay .properties-failures/FILE.py --target TARGET
+    python -m softmax_properties.properties.replay .properties-failures/          # every file, its own target
 
-Run from the repository root. Without CUDA it uses Triton's interpreter (as conftest.py does).
-Prints PASS, FAIL with the failure report, NOT APPLICABLE (the target refused the input, or the
-law's precondition does not hold for this target's outputs) or SKIP (the target lacks the op).
-Exit status: 0 when nothing failed, 1 when something failed, 2 on bad arguments. Replay runs in
-this process: a case that crashed the target (a ``target crashed`` failure) crashes it again,
-with Python's faulthandler printing where.
+It runs wherever the distribution is installed, from a directory the target imports from (``-m``
+puts the working directory first on the module path, as ``python -m pytest`` does). Without CUDA
+it uses Triton's interpreter (as the pytest plugin does). Prints PASS, FAIL with the failure
+report, NOT APPLICABLE (the target refused the input, or the law's precondition does not hold
+for this target's outputs) or SKIP (the target lacks the op). Exit status: 0 when nothing
+failed, 1 when something failed, 2 on bad arguments. Replay runs in this process: a case that
+crashed the target (a ``target crashed`` failure) crashes it again, with Python's faulthandler
+printing where.
 
 Before each check, test_property also writes the case as ``<target>.<invariant>-<op>.pending.py``
 (the same format; removed when the test ends), so that a pytest process that dies during a check
@@ -33,38 +36,24 @@ import re
 import sys
 import traceback
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+import torch
 
-import torch  # noqa: E402  (torch does not import triton)
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from . import targets
 
 HEADER = """\
 # A counterexample of the softmax-properties suite: the invariant, and the case it failed on.
-# Re-run the invariant's check on this case against any target, from the repository root:
-#   python -m properties.replay {path} --target MODULE
-# or against the target it failed on:  python {path}
+# Re-run the invariant's check on this case against the target it failed on (or --target TARGET):
+#   python -m softmax_properties.properties.replay {path}
 {failure}
-import os
-import sys
-
-sys.path.insert(0, os.getcwd())  # the repository root: run this from there
-import torch  # noqa: E402
-from properties.case import Case, CECase, MergeCase, StatesCase  # noqa: E402,F401
-from properties.strategies import DLoss, Input, Layout, Logits, Targets  # noqa: E402,F401
+import torch
+from softmax_properties.properties.case import Case, CECase, MergeCase, StatesCase  # noqa: F401
+from softmax_properties.properties.strategies import DLoss, Input, Layout, Logits, Targets  # noqa: F401
 
 inf, nan = float("inf"), float("nan")
 
 INVARIANT = {invariant!r}
 TARGET = {target!r}
 CASE = {case}
-
-if __name__ == "__main__":
-    from properties.replay import main
-    sys.exit(main([__file__, *sys.argv[1:]]))
 """
 
 
@@ -103,14 +92,14 @@ def save(directory: str, target: str, invariant: str, op: str, exc) -> list:
     os.makedirs(directory, exist_ok=True)
     paths = []
     for k, e in enumerate(found):
-        name = f"{_safe(target)}.{invariant}-{op}{'' if k == 0 else f'-{k + 1}'}.py"
+        name = f"{_safe(targets.short_name(target))}.{invariant}-{op}{'' if k == 0 else f'-{k + 1}'}.py"
         path = os.path.join(directory, name)
         rel = os.path.relpath(path)
         rel = path if rel.startswith("..") else rel
         with open(path, "w") as f:
             f.write(render(invariant, target, e._properties_case, f"{type(e).__name__}: {e}", rel))
         if hasattr(e, "add_note"):
-            e.add_note(f"replay: python -m properties.replay {rel} [--target MODULE]")
+            e.add_note(f"replay: python -m softmax_properties.properties.replay {rel} [--target TARGET]")
         paths.append(rel)
     return paths
 
@@ -119,7 +108,7 @@ PENDING = ".pending.py"  # the suffix of a case written before it is checked
 
 
 def pending_path(directory: str, target: str, invariant: str, op: str) -> str:
-    return os.path.join(directory, f"{_safe(target)}.{invariant}-{op}{PENDING}")
+    return os.path.join(directory, f"{_safe(targets.short_name(target))}.{invariant}-{op}{PENDING}")
 
 
 class Pending:
@@ -174,6 +163,7 @@ def replay(invariant: str, case, target_name: str):
     from . import interpreter
     from .invariants import law
     from .ops import Target
+    from .applicability import skip_reason
 
     if interpreter.interpreting():
         interpreter.install()
@@ -191,10 +181,10 @@ def replay(invariant: str, case, target_name: str):
                 self.refused = f"{type(e).__name__}: {e}"
                 raise
 
-    target = Recording(target_name)
+    target = Recording(targets.resolve(target_name))
     target.device = "cuda" if torch.cuda.is_available() and not interpreter.interpreting() else "cpu"
     target.record = False
-    reason = inv.skip_reason(case.op, target)
+    reason = skip_reason(inv, case.op, target)
     if reason:
         return "SKIP", reason
 
@@ -225,11 +215,18 @@ def _files(paths):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m properties.replay", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m softmax_properties.properties.replay",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="+", metavar="FILE", help="replay files (or directories of them)")
-    ap.add_argument("--target", default=None, metavar="MODULE",
-                    help="module to replay against (default: the one each file failed on)")
+    ap.add_argument("--target", default=None, metavar="TARGET",
+                    help="a built-in target (" + ", ".join(targets.BUILTIN) + ") or a module path to replay against "
+                         "(default: the one each file failed on)")
     args = ap.parse_args(argv)
+    if args.target is not None:
+        try:
+            args.target = targets.resolve(args.target)
+        except ValueError as e:
+            ap.error(str(e))
     import faulthandler
     if not faulthandler.is_enabled():  # a case that crashes the target (a segfault) shows where it died
         try:

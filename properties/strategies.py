@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from .case import CECase, Case, LSE_LAYOUTS, STATES_LSE_LAYOUTS, MergeCase, StatesCase, built
+from .case import CECase, Case, LSE_LAYOUTS, STATES_LSE_LAYOUTS, MergeCase, StatesCase
+from .snippets import built
 from .spec import lookup
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import errors, given, strategies as st
 
 from . import isolation, replay, strategies as S
+from .applicability import skip_reason
 from .invariants import REGISTRY, WORST_ULP, refusals
 
 PAIRS = [pytest.param(inv, op, id=f"{inv.name}-{op}") for inv in REGISTRY for op in inv.ops]
@@ -42,7 +43,7 @@ def test_property(inv, op, target, request):
     isolated = isolation.enabled(request.config.getoption("isolate", "off"), target.name)
     if isolated and "autograd" in inv.needs:  # the probe calls the target: in the worker too
         isolation.supports_autograd(target, op)
-    reason = inv.skip_reason(op, target)
+    reason = skip_reason(inv, op, target)
     if reason:
         pytest.skip(reason)
     where = replay.failures_dir(request.config)

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-import oracles
+from softmax_properties import oracles
 
 from . import tolerances as T
 from .case import tree_depth, tree_leaves

@@ -1,5 +1,5 @@
 """A softmax that misbehaves by row length, one way each, for the worker tests in
-properties/test_isolation.py: 10 columns segfault (a read of address 1), 5 hang, 6 raise
+properties/selftest/test_isolation.py: 10 columns segfault (a read of address 1), 5 hang, 6 raise
 IndexError, 7 refuse (NotImplementedError, a declared refusal), 9 are 1% off; others are right."""
 import ctypes
 import time

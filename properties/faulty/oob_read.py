@@ -5,14 +5,14 @@ CUDA context is lost. Tensors of up to 3 rows are computed correctly, so a crash
 to find its smallest case (4 rows of one column). log_softmax is correct (plain torch in float64):
 its tests run in the same pytest run and must still pass.
 
-    python -m pytest -m properties --target properties.faulty.oob_read -k "matches_oracle and (softmax or log_softmax)"
+    python -m pytest -m properties --target softmax_properties.properties.faulty.oob_read -k "matches_oracle and (softmax or log_softmax)"
 """
 import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_tensor
-from properties.mutants._base import rows_of
+from softmax_properties.kernels._launch import check_tensor
+from softmax_properties.properties.mutants._base import rows_of
 
 BOGUS_OFFSET = 2**40  # elements
 

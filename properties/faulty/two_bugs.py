@@ -3,7 +3,7 @@ longer than 4 columns comes out 1% too large. Each shows on cases without the ot
 of small logits; one short row with a large one), so the suite must report both from the one test
 matches_oracle-softmax, each with its own smallest case.
 
-    python -m pytest -m properties --target properties.faulty.two_bugs -k matches_oracle-softmax
+    python -m pytest -m properties --target softmax_properties.properties.faulty.two_bugs -k matches_oracle-softmax
 """
 import torch
 

@@ -40,19 +40,6 @@ class Invariant:
         """The registered ops the law applies to, in registration order."""
         return tuple(name for name, spec in OPS.items() if self.applies(spec))
 
-    def skip_reason(self, op: str, target):
-        """Why the law cannot run on target's op (None: it can)."""
-        if not target.has(op):
-            return f"target {target.name} has no {op}"
-        for need in self.needs:
-            if need == "dim" and not target.accepts_dim(op):
-                return f"{target.name}.{op} takes no dim argument"
-            if need == "autograd" and not target.supports_autograd(op):
-                return f"{target.name}.{op} is not differentiable"
-            if need.startswith("op:") and not target.has(need[3:]):
-                return f"the law needs {need[3:]}, which target {target.name} does not offer"
-        return None
-
 
 REGISTRY: list = []
 

@@ -9,7 +9,7 @@ import math
 import torch
 from hypothesis import assume
 
-import oracles
+from softmax_properties import oracles
 
 from .. import tolerances as T
 from ..failures import WrongOutput

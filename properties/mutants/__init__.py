@@ -1,8 +1,8 @@
 """Deliberately broken kernels: each module is a --target that offers one op with one realistic
-bug. properties/test_mutants.py checks that the suite catches every one of them and shrinks the
+bug. properties/selftest/test_mutants.py checks that the suite catches every one of them and shrinks the
 counterexample to a small tensor; run one by hand with
 
-    python -m pytest -m properties --target properties.mutants.no_max_subtraction
+    python -m pytest -m properties --target softmax_properties.properties.mutants.no_max_subtraction
 
 Most kernels are one-row-per-program Triton kernels, the textbook form (whole row in one
 block, rows made contiguous first; the cross-entropy ones loop over tiles, _ce_base.py), correct

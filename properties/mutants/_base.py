@@ -4,7 +4,7 @@ import math
 import torch
 import triton
 
-from kernels._launch import check_pair, check_tensor
+from softmax_properties.kernels._launch import check_pair, check_tensor
 
 
 def rows_of(t: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import _cross_entropy as _ce
+from softmax_properties.kernels import _cross_entropy as _ce
 
 BLOCK = 64  # classes per loop iteration: small, so CPU runs reach the looped path
 

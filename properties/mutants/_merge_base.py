@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_tensor
+from softmax_properties.kernels._launch import check_tensor
 
 
 @triton.jit

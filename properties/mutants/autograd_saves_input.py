@@ -6,7 +6,7 @@ in terms of the output; log_softmax's and logsumexp's are often written in terms
 the two get mixed up when one Function is copied into another)."""
 import torch
 
-import kernels
+from softmax_properties import kernels
 
 
 class _Softmax(torch.autograd.Function):
@@ -26,4 +26,4 @@ def softmax(x):
     return _Softmax.apply(x)
 
 
-CAUGHT_BY = ('gradcheck_float64',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('gradcheck_float64',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

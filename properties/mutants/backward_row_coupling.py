@@ -4,8 +4,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_pair
-from kernels._numerics import to_out
+from softmax_properties.kernels._launch import check_pair
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import rows_of
 
@@ -33,4 +33,4 @@ def softmax_backward(y, dy):
     return dx.reshape(y.shape)
 
 
-CAUGHT_BY = ('row_independence',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('row_independence',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import launch_backward
 
@@ -23,4 +23,4 @@ def log_softmax_backward(z, dz):
     return launch_backward(_kernel, z, dz, "log_softmax_backward")
 
 
-CAUGHT_BY = ('vjp_rows_sum_to_zero',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('vjp_rows_sum_to_zero',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

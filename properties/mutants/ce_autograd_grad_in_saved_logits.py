@@ -10,8 +10,8 @@ two losses); liger-kernel's cross-entropy keeps its gradient in the logits' memo
 way. In place when the logits are contiguous (the fast path)."""
 import torch
 
-import kernels
-from kernels import _cross_entropy as _ce
+from softmax_properties import kernels
+from softmax_properties.kernels import _cross_entropy as _ce
 
 
 class _CrossEntropy(torch.autograd.Function):
@@ -37,4 +37,4 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return _CrossEntropy.apply(logits, target, ignore_index, reduction, float(label_smoothing))
 
 
-CAUGHT_BY = ('autograd_composition',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('autograd_composition',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

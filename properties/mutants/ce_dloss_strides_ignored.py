@@ -6,7 +6,7 @@ cross_entropy.py; ROCm/TransformerEngine #623: fused cross-entropy backward with
 grad_output read with a unit row stride). The gradient is the project's Triton kernel."""
 import torch
 
-from kernels import _cross_entropy as _ce
+from softmax_properties.kernels import _cross_entropy as _ce
 
 
 def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -27,4 +27,4 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return _ce.backward_rows(logits, target, dloss, lse, ignore_index, reduction, float(label_smoothing))
 
 
-CAUGHT_BY = ('ce_gradient_linear_in_dloss',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_gradient_linear_in_dloss',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -19,4 +19,4 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return total.to(logits.dtype)
 
 
-CAUGHT_BY = ('ce_matches_oracle_strict',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_matches_oracle_strict',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -4,7 +4,7 @@ use of them (another loss on the same logits, gradient checkpointing's recompute
 unslothai/unsloth #5002 (the cross-entropy backward kernel writes gradients into the logits tensor
 in place). In place when the logits are contiguous (the fast path); the gradient is the project's
 Triton kernel."""
-import kernels
+from softmax_properties import kernels
 
 
 def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -15,4 +15,4 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return dx
 
 
-CAUGHT_BY = ('inputs_unmodified',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('inputs_unmodified',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -5,7 +5,7 @@ for a zero-initialised (or in-place) buffer and kept when the buffer became torc
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._ce_base import launch_backward, row_start
 
@@ -28,4 +28,4 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return launch_backward(_kernel, logits, target, dloss, ignore_index, reduction, float(label_smoothing))
 
 
-CAUGHT_BY = ('all_outputs_written',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('all_outputs_written',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -5,7 +5,7 @@ mean. The bug class: masking by multiplication instead of selection (torch.where
 losses come from the project's Triton kernel; the bug is the masking after it."""
 import torch
 
-from kernels import _cross_entropy as _ce
+from softmax_properties.kernels import _cross_entropy as _ce
 
 
 def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -18,4 +18,4 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return _ce.reduce_loss(rows, target, ignore_index, reduction, logits.dtype)
 
 
-CAUGHT_BY = ('ce_ignored_rows_do_not_count',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_ignored_rows_do_not_count',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -17,4 +17,4 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return dx.reshape(logits.shape).to(logits.dtype)
 
 
-CAUGHT_BY = ('ce_ignored_nonfinite_rows_zero_gradient',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_ignored_nonfinite_rows_zero_gradient',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -8,7 +8,7 @@ outside autocast (issue 1 of the coverage review: a cross-entropy that stores ea
 loss / N in fp16 before summing)."""
 import torch
 
-from kernels import _cross_entropy as _ce
+from softmax_properties.kernels import _cross_entropy as _ce
 
 ROWS = 64  # rows per program: one program reduces in registers, several through the buffer
 
@@ -24,4 +24,4 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return shares.float().sum().to(logits.dtype)
 
 
-CAUGHT_BY = ('many_rows_match_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('many_rows_match_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

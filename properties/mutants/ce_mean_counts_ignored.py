@@ -5,7 +5,7 @@ Triton kernel (kernels/_cross_entropy.py), so this bug -- which lives in the red
 kernel -- is the only one."""
 import torch
 
-from kernels import _cross_entropy as _ce
+from softmax_properties.kernels import _cross_entropy as _ce
 
 
 def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -17,4 +17,4 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return _ce.reduce_loss(rows, target, ignore_index, reduction, logits.dtype)
 
 
-CAUGHT_BY = ('ce_matches_oracle', 'ce_reductions_agree')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_matches_oracle', 'ce_reductions_agree')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

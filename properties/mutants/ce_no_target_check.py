@@ -3,7 +3,7 @@ so an out-of-range class index silently reads no logit (x[t] = 0) and returns a 
 instead of raising. The bug class: pytorch/pytorch #43840 (CrossEntropyLoss does not raise
 "target out of bounds" on the GPU, returning a value). The loss is the project's Triton kernel;
 only the check is missing."""
-from kernels import _cross_entropy as _ce
+from softmax_properties.kernels import _cross_entropy as _ce
 
 
 def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -13,4 +13,4 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return _ce.reduce_loss(rows, target, ignore_index, reduction, logits.dtype)
 
 
-CAUGHT_BY = ('ce_out_of_range_target_raises',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_out_of_range_target_raises',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -4,7 +4,7 @@ libraries have shipped: a backward written for scalar losses, then "none" added)
 are right. The gradient itself comes from the project's Triton kernel, so this is the only bug."""
 import torch
 
-from kernels import _cross_entropy as _ce
+from softmax_properties.kernels import _cross_entropy as _ce
 
 
 def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -18,4 +18,4 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return _ce.backward_rows(logits, target, dloss, lse, ignore_index, reduction, float(label_smoothing))
 
 
-CAUGHT_BY = ('ce_matches_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_matches_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

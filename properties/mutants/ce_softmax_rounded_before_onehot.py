@@ -6,7 +6,7 @@ dtype before the -(1 - label_smoothing) term, 100% error at softmax 0.999)."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._ce_base import launch_backward, row_start
 
@@ -30,4 +30,4 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return launch_backward(_kernel, logits, target, dloss, ignore_index, reduction, float(label_smoothing))
 
 
-CAUGHT_BY = ('ce_confident_bf16_rows_keep_gradient',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_confident_bf16_rows_keep_gradient',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

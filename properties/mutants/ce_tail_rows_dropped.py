@@ -9,8 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import _cross_entropy as _ce
-from kernels._cross_entropy import _ce_finish
+from softmax_properties.kernels import _cross_entropy as _ce
+from softmax_properties.kernels._cross_entropy import _ce_finish
 
 ROWS = 64  # rows per program
 BLOCK = 64  # columns per loop iteration
@@ -55,4 +55,4 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return _ce.reduce_loss(loss, target, ignore_index, reduction, logits.dtype)
 
 
-CAUGHT_BY = ('many_rows_match_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('many_rows_match_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

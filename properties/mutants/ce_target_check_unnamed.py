@@ -1,7 +1,7 @@
 """cross_entropy that rejects an out-of-range target with an exception that does not say which
 argument is wrong (an IndexError from a gather): no silent result, so the default tier accepts
 it; the strict tier wants the message to name the target."""
-import kernels
+from softmax_properties import kernels
 
 
 def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
@@ -13,4 +13,4 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
                                  label_smoothing=label_smoothing)
 
 
-CAUGHT_BY = ('ce_out_of_range_target_named',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('ce_out_of_range_target_named',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -4,8 +4,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_tensor
-from kernels._numerics import to_out
+from softmax_properties.kernels._launch import check_tensor
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import rows_of
 
@@ -30,4 +30,4 @@ def softmax(x):
     return y.reshape(x.shape)
 
 
-CAUGHT_BY = ('all_outputs_written',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('all_outputs_written',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -4,8 +4,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_tensor
-from kernels._numerics import to_out
+from softmax_properties.kernels._launch import check_tensor
+from softmax_properties.kernels._numerics import to_out
 
 
 @triton.jit
@@ -30,4 +30,4 @@ def softmax(x):
     return y
 
 
-CAUGHT_BY = ('layout_invariance',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('layout_invariance',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

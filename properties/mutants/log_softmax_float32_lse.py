@@ -10,9 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import logsumexp, softmax  # noqa: F401  (correct companions for the identities)
-from kernels._launch import check_tensor
-from kernels._numerics import to_out
+from softmax_properties.kernels import logsumexp, softmax  # noqa: F401  (correct companions for the identities)
+from softmax_properties.kernels._launch import check_tensor
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import rows_of
 
@@ -50,4 +50,4 @@ def log_softmax(x):
     return y.reshape(x.shape)
 
 
-CAUGHT_BY = ('within_range', 'log_softmax_is_x_minus_logsumexp', 'exp_log_softmax_is_softmax')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('within_range', 'log_softmax_is_x_minus_logsumexp', 'exp_log_softmax_is_softmax')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

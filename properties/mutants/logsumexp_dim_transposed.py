@@ -4,7 +4,7 @@ and reduces it: for 3 or more axes the remaining axes come out permuted (the las
 axis, so only the ``dim_argument`` law sees it. The bug class: an axis permutation used as if it
 were a move (transpose and movedim agree on 2 axes, and tests are often 2-D). The reduction itself
 is the project's Triton kernel."""
-from kernels import logsumexp as _lse
+from softmax_properties.kernels import logsumexp as _lse
 
 
 def logsumexp(x, dim=-1):
@@ -13,4 +13,4 @@ def logsumexp(x, dim=-1):
     return _lse(x)
 
 
-CAUGHT_BY = ('dim_argument',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('dim_argument',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -3,7 +3,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_tensor
+from softmax_properties.kernels._launch import check_tensor
 
 from ._base import rows_of
 
@@ -28,4 +28,4 @@ def logsumexp(x):
     return out.reshape(x.shape[:-1])
 
 
-CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -2,7 +2,7 @@
 following merge needs) instead of float32."""
 import torch
 
-from kernels import logsumexp as _lse
+from softmax_properties.kernels import logsumexp as _lse
 
 
 def logsumexp(x):
@@ -10,4 +10,4 @@ def logsumexp(x):
     return out.to(x.dtype)  # BUG: the contract is float32 for 16/32-bit input
 
 
-CAUGHT_BY = ('output_dtype_and_shape',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('output_dtype_and_shape',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -3,7 +3,7 @@ zeros instead of NaN. torch, and this suite's semantics table, give NaN."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import launch_forward
 
@@ -26,4 +26,4 @@ def softmax(x):
     return launch_forward(_kernel, x, "softmax")
 
 
-CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

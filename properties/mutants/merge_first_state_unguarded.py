@@ -8,7 +8,7 @@ masked causal block) poisons the row. The bug class: exponent differences of -in
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._merge_base import launch, row_lses
 
@@ -35,4 +35,4 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return launch(_kernel, o_a, lse_a, o_b, lse_b, "attention_merge", concat=False)
 
 
-CAUGHT_BY = ('merge_commutative', 'merge_associative', 'merge_identity')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_commutative', 'merge_associative', 'merge_identity')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

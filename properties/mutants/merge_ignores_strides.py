@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from kernels import softmax_merge as _merge
+from softmax_properties.kernels import softmax_merge as _merge
 
 
 def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -28,4 +28,4 @@ def softmax_merge(p_a, lse_a, p_b, lse_b):
     return _merge(_as_if_contiguous(p_a), lse_a, _as_if_contiguous(p_b), lse_b)
 
 
-CAUGHT_BY = ('merge_layout_invariance',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_layout_invariance',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

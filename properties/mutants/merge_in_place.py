@@ -3,7 +3,7 @@ and the merged lse over lse_a (when they are contiguous, the fast path), and tho
 as an online-softmax accumulator updates its running (o, lse) in place. The caller's first state
 is destroyed, so a state merged twice (or kept for the backward) is wrong the second time. The
 merge itself is the project's Triton kernel; the bug is the in-place write-back."""
-from kernels import attention_merge as _merge
+from softmax_properties.kernels import attention_merge as _merge
 
 
 def attention_merge(o_a, lse_a, o_b, lse_b):
@@ -15,4 +15,4 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return o, lse
 
 
-CAUGHT_BY = ('inputs_unmodified',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('inputs_unmodified',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -5,7 +5,7 @@ merge, and two empty states give (-inf) - (-inf) = NaN instead of o = 0."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._merge_base import launch, row_lses
 
@@ -29,4 +29,4 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return launch(_kernel, o_a, lse_a, o_b, lse_b, "attention_merge", concat=False)
 
 
-CAUGHT_BY = ('merge_identity_bitwise', 'merge_tree_matches_one_shot', 'merge_tree_with_garbage_states')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_identity_bitwise', 'merge_tree_matches_one_shot', 'merge_tree_with_garbage_states')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

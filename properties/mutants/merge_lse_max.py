@@ -3,7 +3,7 @@
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._merge_base import launch, row_lses
 
@@ -36,4 +36,4 @@ def softmax_merge(p_a, lse_a, p_b, lse_b):
     return launch(_kernel, p_a, lse_a, p_b, lse_b, "softmax_merge", concat=True)
 
 
-CAUGHT_BY = ('merge_step_matches_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_step_matches_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -4,7 +4,7 @@ accepts it, but the output bits depend on the states' memory layout and on the o
 values, which the strict tier's bitwise merge laws reject."""
 import torch
 
-import properties.targets.torch as _ref
+import softmax_properties.properties.targets.torch as _ref
 
 
 def attention_merge(o_a, lse_a, o_b, lse_b):
@@ -16,4 +16,4 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return o.to(o_a.dtype), lse.to(lse_a.dtype)
 
 
-CAUGHT_BY = ('merge_layout_invariance_bitwise',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_layout_invariance_bitwise',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -6,7 +6,7 @@ the output through a zero weight (merge_lse_arithmetic's N-way form)."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._merge_base import launch_states
 
@@ -46,4 +46,4 @@ def merge_states(o, lse):
     return launch_states(_kernel, o, lse)
 
 
-CAUGHT_BY = ('merge_states_empty_garbage_ignored',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_states_empty_garbage_ignored',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -7,7 +7,7 @@ split-KV merge that starts its max at -5e4)."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._merge_base import launch_states
 
@@ -49,4 +49,4 @@ def merge_states(o, lse):
     return launch_states(_kernel, o, lse)
 
 
-CAUGHT_BY = ('merge_states_matches_one_shot', 'merge_states_is_fold_of_attention_merge')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_states_matches_one_shot', 'merge_states_is_fold_of_attention_merge')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

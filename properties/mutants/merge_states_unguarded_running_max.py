@@ -8,7 +8,7 @@ N-way form)."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._merge_base import launch_states
 
@@ -43,4 +43,4 @@ def merge_states(o, lse):
     return launch_states(_kernel, o, lse)
 
 
-CAUGHT_BY = ('merge_states_permutation_invariant', 'merge_states_empty_states_are_identities')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_states_permutation_invariant', 'merge_states_empty_states_are_identities')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

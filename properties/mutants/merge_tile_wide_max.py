@@ -9,8 +9,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels._launch import check_tensor
-from kernels._numerics import to_out
+from softmax_properties.kernels._launch import check_tensor
+from softmax_properties.kernels._numerics import to_out
 
 BLOCK_R = 4
 
@@ -54,4 +54,4 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return out.reshape(o_a.shape), lse.reshape(lse_a.shape)
 
 
-CAUGHT_BY = ('merge_row_independence', 'merge_row_independence_bitwise')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('merge_row_independence', 'merge_row_independence_bitwise')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -3,7 +3,7 @@ out finite instead of NaN."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import launch_forward
 
@@ -23,4 +23,4 @@ def softmax(x):
     return launch_forward(_kernel, x, "softmax")
 
 
-CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

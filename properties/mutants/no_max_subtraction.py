@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import launch_forward
 
@@ -22,4 +22,4 @@ def softmax(x):
     return launch_forward(_kernel, x, "softmax")
 
 
-CAUGHT_BY = ('matches_oracle', 'shift_invariance')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('matches_oracle', 'shift_invariance')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

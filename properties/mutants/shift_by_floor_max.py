@@ -17,4 +17,4 @@ def softmax(x):
     return (e / e.sum(-1, keepdim=True)).to(x.dtype)
 
 
-CAUGHT_BY = ('shift_invariance_bitwise',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('shift_invariance_bitwise',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -3,7 +3,7 @@ for its backward in bfloat16 would): rows can sum to more than 1 and exceed 1 el
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import launch_forward
 
@@ -24,4 +24,4 @@ def softmax(x):
     return launch_forward(_kernel, x, "softmax")
 
 
-CAUGHT_BY = ('unit_row_sums',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('unit_row_sums',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

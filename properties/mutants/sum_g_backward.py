@@ -2,7 +2,7 @@
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import launch_backward
 
@@ -24,4 +24,4 @@ def softmax_backward(y, dy):
 
 
 CAUGHT_BY = ('matches_oracle', 'vjp_rows_sum_to_zero', 'vjp_matches_fp64_autograd', 'vjp_matches_finite_differences',
-             'softmax_vjp_within_cotangent_spread')  # the invariants that catch it on their own (properties/test_mutants.py)
+             'softmax_vjp_within_cotangent_spread')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -3,7 +3,7 @@ vectorised store): values right, positions wrong."""
 import triton
 import triton.language as tl
 
-from kernels._numerics import to_out
+from softmax_properties.kernels._numerics import to_out
 
 from ._base import launch_forward
 
@@ -25,4 +25,4 @@ def softmax(x):
     return launch_forward(_kernel, x, "softmax")
 
 
-CAUGHT_BY = ('permutation_equivariance', 'order_preserving')  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('permutation_equivariance', 'order_preserving')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -12,4 +12,4 @@ def softmax_backward(y, dy):
     return (y32 * (g32 - (y32 * g32).sum(-1, keepdim=True))).to(y.dtype)  # BUG: no scaling near finfo.max
 
 
-CAUGHT_BY = ('matches_oracle_strict',)  # the invariants that catch it on their own (properties/test_mutants.py)
+CAUGHT_BY = ('matches_oracle_strict',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -1,8 +1,69 @@
-"""``--target`` adapters for third-party kernel libraries: each module offers the functions of the
-README's "Test your own kernel" contract that its library really has, calling the library's own
-kernels, and refuses (NotImplementedError, its only SUITE_REFUSALS) just what the library
-documents as unsupported.
+"""``--target`` values, and adapters that make third-party kernels targets.
 
-* ``properties.targets.liger``: liger-kernel 0.8.5 (``pip install -e ".[liger]"``)
-* ``properties.targets.fla``: fla-core 0.6.0 (``pip install -e ".[fla]"``)
+The built-in targets have short names (``BUILTIN``): the project's own Triton kernels (``kernels``,
+the default), PyTorch eager and compiled, a textbook Triton softmax, and adapters for two kernel
+libraries. Each adapter module offers the functions of the README's "Test your own kernel"
+contract that its library really has, calling the library's own kernels, and refuses
+(NotImplementedError, its only SUITE_REFUSALS) just what the library documents as unsupported:
+
+* ``liger``: liger-kernel 0.8.5 (the ``liger`` extra: ``pip install -e ".[liger]"`` in a checkout)
+* ``fla``: fla-core 0.6.0 (the ``fla`` extra)
+
+Any other ``--target`` is an importable module path (``mypackage.mykernels``).
 """
+from __future__ import annotations
+
+import importlib.util
+import os
+
+OWN_KERNELS = "softmax_properties.kernels"  # the default target: the project's own kernels
+BUILTIN = {
+    "kernels": OWN_KERNELS,
+    "torch": f"{__name__}.torch",
+    "torch_compile": f"{__name__}.torch_compile",
+    "naive_triton": f"{__name__}.naive_triton",
+    "liger": f"{__name__}.liger",
+    "fla": f"{__name__}.fla",
+}
+_FOLDERS = ("kernels", "oracles", "properties")  # the checkout's folders, installed under softmax_properties
+
+
+def resolve(name: str) -> str:
+    """The module path a ``--target`` value names: a built-in's short name, or the module path
+    itself. ValueError naming the value and what was expected when it is neither. Only the
+    top-level package is looked up here (nothing is imported: a target may set up CUDA when
+    imported, which waits for the test process to choose its device)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"--target: expected a built-in target ({', '.join(BUILTIN)}) or an importable module path, "
+                         f"got {name!r}")
+    name = name.strip()
+    if name in BUILTIN:
+        return BUILTIN[name]
+    top = name.partition(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError) as e:
+        raise ValueError(f"--target {name!r}: expected a built-in target ({', '.join(BUILTIN)}) or an importable "
+                         f"module path; looking up {top!r} failed: {e}") from None
+    if spec is None:
+        raise ValueError(f"--target {name!r}: expected a built-in target ({', '.join(BUILTIN)}) or an importable "
+                         f"module path; no module named {top!r} is importable here")
+    if top in _FOLDERS and _is_project_folder(spec, top):
+        # the checkout's folder reached through the current directory: a second copy of the
+        # suite's modules beside softmax_properties.*, with registries of their own
+        full = f"softmax_properties.{name}"
+        raise ValueError(f"--target {name!r} names the checkout's {top}/ folder, which installs as "
+                         f"softmax_properties.{top}; use --target {short_name(full)}")
+    return name
+
+
+def short_name(module: str) -> str:
+    """A target's short name where it is built in, else its module path (file names, xfails)."""
+    return next((k for k, v in BUILTIN.items() if v == module), module)
+
+
+def _is_project_folder(spec, top: str) -> bool:
+    def where(s):
+        return {os.path.realpath(p) for p in (s.submodule_search_locations or ())} if s else set()
+    # find_spec of a submodule imports only its parent, the namespace package: kernels/ is not run
+    return bool(where(spec) & where(importlib.util.find_spec(f"softmax_properties.{top}")))

@@ -1,7 +1,7 @@
-"""``--target properties.targets.fla``: fla-core 0.6.0's softmax, logsumexp and fused cross-entropy.
+"""``--target fla``: fla-core 0.6.0's softmax, logsumexp and fused cross-entropy.
 
     python -m pip install -e ".[fla]"          # fla-core==0.6.0 (and einops, which it imports)
-    python -m pytest -m properties --target properties.targets.fla
+    python -m pytest -m properties --target fla
 
 What fla-core offers of the suite's contract, and how each function calls it:
 

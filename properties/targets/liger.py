@@ -1,7 +1,7 @@
-"""``--target properties.targets.liger``: liger-kernel 0.8.5's softmax and cross-entropy kernels.
+"""``--target liger``: liger-kernel 0.8.5's softmax and cross-entropy kernels.
 
     python -m pip install -e ".[liger]"        # liger-kernel==0.8.5
-    python -m pytest -m properties --target properties.targets.liger
+    python -m pytest -m properties --target liger
 
 What liger-kernel offers of the suite's contract, and how each function calls it:
 

@@ -1,7 +1,7 @@
-"""``--target properties.targets.naive_triton``: a plain Triton softmax, log_softmax and logsumexp,
+"""``--target naive_triton``: a plain Triton softmax, log_softmax and logsumexp,
 written the way third-party kernels usually are, as an example target to copy.
 
-    python -m pytest -m properties --target properties.targets.naive_triton
+    python -m pytest -m properties --target naive_triton
 
 One program per row, the whole row in one block of next_power_of_2(D) columns: load in the
 input's dtype, compute in float32 (float64 for float64 input), subtract the row max, and store

@@ -1,10 +1,10 @@
-"""``--target properties.targets.torch``: PyTorch itself, the suite's calibration target.
+"""``--target torch``: PyTorch itself, the suite's calibration target.
 
-    python -m pytest -m properties --target properties.targets.torch
+    python -m pytest -m properties --target torch
 
 Every law of the ``default`` tier must pass a correct implementation, and PyTorch's own ops are
 the implementation most users trust: a default-tier failure here is either a genuine PyTorch bug
-(``FINDINGS.md``, with an FP64 reproducer, and ``properties/xfails/properties.targets.torch.txt``
+(``FINDINGS.md``, with an FP64 reproducer, and ``properties/xfails/torch.txt``
 with the reason) or a defect of the suite. Each function is what a user would write:
 
 * ``softmax`` / ``log_softmax``: ``torch.softmax`` / ``torch.log_softmax`` (input dtype out).
@@ -21,7 +21,7 @@ with the reason) or a defect of the suite. Each function is what a user would wr
 Every function takes ``dim=`` like torch's own, so ``dim_argument`` runs. Nothing is refused
 (``SUITE_REFUSALS = ()``): torch raises only for inputs the suite never draws.
 
-``properties.targets.torch_compile`` runs the same functions through ``torch.compile`` (inductor
+``torch_compile`` runs the same functions through ``torch.compile`` (inductor
 generates Triton kernels on a GPU).
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""``--target properties.targets.torch_compile``: ``properties.targets.torch`` through
+"""``--target torch_compile``: the ``torch`` target's functions through
 ``torch.compile`` (inductor): on a GPU, Triton kernels that inductor generates, real Triton code
 written by nobody here, calibrating the default tier like torch eager does.
 
-    python -m pytest -m properties --target properties.targets.torch_compile
+    python -m pytest -m properties --target torch_compile
 
 Each function is compiled once with ``dynamic=True`` (one graph serves every shape; dynamo's
 recompile limit is raised so that dtypes, layouts and the ``dim=`` argument still compile rather

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from .invariants import REGISTRY, TIERS, invariant
+from ..invariants import REGISTRY, TIERS, invariant
+from . import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_every_law_has_a_tier_and_strict_laws_are_documented():

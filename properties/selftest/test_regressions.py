@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import kernels
-import oracles
+from softmax_properties import kernels
+from softmax_properties import oracles
 
 DEV = "cuda" if torch.cuda.is_available() and not kernels.interpreting() else "cpu"
 F32MAX = torch.finfo(torch.float32).max

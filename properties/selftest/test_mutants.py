@@ -20,10 +20,12 @@ import pkgutil
 import pytest
 from hypothesis import HealthCheck, Phase, errors, find, settings, strategies as st
 
-from . import strategies as S
-from .case import PropertyFailure
-from .invariants import REGISTRY
-from .ops import OPS, Target
+from .. import mutants, strategies as S
+from ..applicability import skip_reason
+from ..case import PropertyFailure
+from ..invariants import REGISTRY
+from ..ops import OPS, Target
+from ..targets import OWN_KERNELS
 
 MUTANTS = {  # module in properties/mutants -> the op it breaks
     "no_max_subtraction": "softmax",
@@ -93,7 +95,7 @@ MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4, "merge_lse_arithme
 def small_shapes(limits: S.Limits = None):
     """The ci profile's shape limits (or the given ones) whatever the profile: the mutants' bugs
     show on small tensors, and on a GPU the gpu profile's shapes would make each search take minutes."""
-    from .plugin import LIMITS
+    from ..plugin import LIMITS
     saved = S.set_limits(limits or LIMITS["ci"])
     try:
         yield
@@ -124,7 +126,7 @@ def _search(module: str, op: str, device: str, max_examples: int, only=None, shr
     mutant = Target(module)
     mutant.device = device
     mutant.record = False  # keep the searches out of the suite's error statistics
-    invariants = [inv for inv in REGISTRY if op in inv.ops and inv.skip_reason(op, mutant) is None
+    invariants = [inv for inv in REGISTRY if op in inv.ops and skip_reason(inv, op, mutant) is None
                   and (inv.name == only if only is not None else not SHAPE_FAMILIES & set(inv.families or ()))]
     assert invariants, f"no invariant {only or ''} applies to {module}.{op}"
     # draw (invariant, case) pairs exactly as the suite does, each invariant with its own inputs
@@ -162,11 +164,11 @@ def _search(module: str, op: str, device: str, max_examples: int, only=None, shr
 def search_declared(name: str, device: str):
     """The first catch among the invariants the mutant declares (CAUGHT_BY), each searched alone
     on the shapes test_invariant_catches_mutant uses, unshrunk."""
-    from .plugin import LIMITS
+    from ..plugin import LIMITS
     limits = LIMITS[PAIR_LIMITS_FOR[name]] if name in PAIR_LIMITS_FOR else PAIR_LIMITS
     for inv_name in caught_by(name):
         try:
-            return search(f"properties.mutants.{name}", MUTANTS[name], device, PAIR_EXAMPLES, only=inv_name,
+            return search(f"{mutants.__name__}.{name}", MUTANTS[name], device, PAIR_EXAMPLES, only=inv_name,
                           shrink=False, limits=limits)
         except errors.NoSuchExample:
             continue
@@ -216,7 +218,7 @@ def test_suite_catches_mutant(name, target):
     with a size limit are shrunk; the others report the first case found (on ci shapes). A mutant
     that only the laws of SHAPE_FAMILIES catch (thousands of rows, whole -inf chunks past 2**11) is
     searched with its declared laws (a catch by one law of the suite is a catch by the suite)."""
-    module = f"properties.mutants.{name}"
+    module = f"{mutants.__name__}.{name}"
     if shape_law_mutant(name) or strict_law_mutant(name):
         inv, case = search_declared(name, target.device)
     else:
@@ -235,7 +237,7 @@ def test_control_correct_kernels_are_not_caught(op, target):
     laws of SHAPE_FAMILIES, which this search leaves out, run against the kernels in
     test_properties."""
     with pytest.raises(errors.NoSuchExample):
-        search("kernels", op, target.device, 150)
+        search(OWN_KERNELS, op, target.device, 150)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,7 +245,7 @@ def test_control_correct_kernels_are_not_caught(op, target):
 # ----------------------------------------------------------------------------------------------
 def caught_by(name: str) -> tuple:
     """The invariants a mutant module declares will catch it (its CAUGHT_BY)."""
-    return tuple(getattr(importlib.import_module(f"properties.mutants.{name}"), "CAUGHT_BY", ()))
+    return tuple(getattr(importlib.import_module(f"{mutants.__name__}.{name}"), "CAUGHT_BY", ()))
 
 
 CAUGHT = [pytest.param(name, inv, id=f"{name}-{inv}") for name in sorted(MUTANTS) for inv in caught_by(name)]
@@ -261,20 +263,19 @@ def test_zoo_covers_every_invariant(target):
     invariants that the suite runs on the module's op; and together they name every invariant in
     the registry, so each invariant has a mutant that it alone catches (checked pair by pair in
     test_invariant_catches_mutant)."""
-    import properties.mutants as pkg
-    modules = {m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")}
+    modules = {m.name for m in pkgutil.iter_modules(mutants.__path__) if not m.name.startswith("_")}
     assert modules == set(MUTANTS), f"mutants not in MUTANTS: {modules - set(MUTANTS)}; missing: {set(MUTANTS) - modules}"
     names = {inv.name: inv for inv in REGISTRY}
     covered = set()
     for name, op in MUTANTS.items():
         declared = caught_by(name)
         assert declared, f"properties/mutants/{name}.py declares no CAUGHT_BY"
-        mutant = Target(f"properties.mutants.{name}")
+        mutant = Target(f"{mutants.__name__}.{name}")
         mutant.device = target.device  # the autograd probe runs there (on a GPU, not on the CPU)
         for inv in declared:
             assert inv in names, f"{name}.CAUGHT_BY names {inv!r}, which is not a registered invariant"
             assert op in names[inv].ops, f"{name}.CAUGHT_BY: {inv} does not apply to {op}"
-            reason = names[inv].skip_reason(op, mutant)
+            reason = skip_reason(names[inv], op, mutant)
             assert reason is None, f"{name}.CAUGHT_BY: the suite skips {inv} on it ({reason})"
         covered |= set(declared)
     missing = sorted(set(names) - covered)
@@ -286,8 +287,8 @@ def test_invariant_catches_mutant(name, inv_name, target):
     """The declared invariant alone, over its own cases (families, max_cols) as the suite draws
     them, finds a case on which the mutant fails it. When test_suite_catches_mutant (same process)
     already shrank to a catch by this invariant, that case is the evidence and no search runs."""
-    from .plugin import LIMITS
-    module = f"properties.mutants.{name}"
+    from ..plugin import LIMITS
+    module = f"{mutants.__name__}.{name}"
     if name in _FOUND and _FOUND[name][0].name == inv_name:
         inv, case = _FOUND[name]
         rep, how = report(inv, case, module, target.device), "reused from test_suite_catches_mutant"

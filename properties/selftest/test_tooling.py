@@ -12,11 +12,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from . import expected, interpreter, replay, strategies as S
-from .case import Case
-from .strategies import Input, Layout, Logits
+from .. import expected, interpreter, replay, strategies as S
+from ..case import Case
+from ..strategies import Input, Layout, Logits
+from . import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # softmax of one float32 element at finfo.max: exp(x) overflows without the max subtraction
 OVERFLOW = Case("softmax", torch.float32, (Input(Logits(1, 1, "float32", ("const", 3.4028234663852886e+38),
@@ -83,7 +83,7 @@ def logsumexp(x):  # float64 whatever the input: output_dtype_and_shape fails on
 '''
 
 
-def test_xfails_and_replay_end_to_end(tmp_path):
+def test_xfails_and_replay_end_to_end(tmp_path, monkeypatch):
     """A pytest run against a broken pure-torch target: the xfails entry marks the failing test
     xfailed, the stale entry warns, the failure is saved as a replay file, and replaying that
     file fails against the broken target and passes against the project's kernels."""
@@ -104,22 +104,19 @@ def test_xfails_and_replay_end_to_end(tmp_path):
     assert saved.is_file(), text
     inv, case, tname = replay.load(str(saved))
     assert (inv, case.op, tname) == ("output_dtype_and_shape", "logsumexp", "broken_lse")
-    sys.path.insert(0, str(tmp_path))
-    try:
-        status, report = replay.replay(inv, case, "broken_lse")
-    finally:
-        sys.path.remove(str(tmp_path))
+    monkeypatch.syspath_prepend(tmp_path)  # the target module of one's own, as PYTHONPATH gave the subprocess
+    status, report = replay.replay(inv, case, "broken_lse")
     assert status == "FAIL" and "[output_dtype_and_shape]" in report and "reproducer:" in report
     assert replay.replay(inv, case, "kernels")[0] == "PASS"
 
 
 # ---- replay -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("target,status", [("properties.mutants.no_max_subtraction", "FAIL"), ("kernels", "PASS")])
+@pytest.mark.parametrize("target,status", [("softmax_properties.properties.mutants.no_max_subtraction", "FAIL"), ("kernels", "PASS")])
 def test_replay_saved_failure(tmp_path, target, status):
     path = tmp_path / "saved.py"
-    path.write_text(replay.render("matches_oracle", "properties.mutants.no_max_subtraction", OVERFLOW, "", str(path)))
+    path.write_text(replay.render("matches_oracle", "softmax_properties.properties.mutants.no_max_subtraction", OVERFLOW, "", str(path)))
     inv, case, failed_on = replay.load(str(path))
-    assert (inv, case, failed_on) == ("matches_oracle", OVERFLOW, "properties.mutants.no_max_subtraction")
+    assert (inv, case, failed_on) == ("matches_oracle", OVERFLOW, "softmax_properties.properties.mutants.no_max_subtraction")
     got, text = replay.replay(inv, case, target)
     assert got == status, text
     if status == "FAIL":
@@ -128,7 +125,7 @@ def test_replay_saved_failure(tmp_path, target, status):
 
 def test_replay_cli(tmp_path, capsys):
     path = tmp_path / "saved.py"
-    path.write_text(replay.render("matches_oracle", "properties.mutants.no_max_subtraction", OVERFLOW))
+    path.write_text(replay.render("matches_oracle", "softmax_properties.properties.mutants.no_max_subtraction", OVERFLOW))
     assert replay.main([str(path)]) == 1
     assert replay.main([str(tmp_path), "--target", "kernels"]) == 0
     (tmp_path / "junk.py").write_text("x = 1\n")
@@ -181,7 +178,7 @@ def test_autotuned_kernel_runs_first_pruned_config():
 
 # ---- adapters ---------------------------------------------------------------------------------
 def test_missing_library_names_the_extra():
-    from .targets._common import require
+    from ..targets._common import require
     with pytest.raises(ImportError, match=r'needs some-lib==1\.0 .*pip install -e "\.\[xtra\]"'):
         require("no_such_module_for_the_suite", "some-lib==1.0", "xtra")
 
@@ -190,7 +187,7 @@ def test_missing_library_names_the_extra():
 def test_adapter_argument_checks(name):
     pytest.importorskip({"liger": "liger_kernel", "fla": "fla"}[name])
     import importlib
-    m = importlib.import_module(f"properties.targets.{name}")
+    m = importlib.import_module(f"softmax_properties.properties.targets.{name}")
     x, t = torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)
     assert m.SUITE_REFUSALS == (NotImplementedError,)
     with pytest.raises(TypeError, match="logits must be float16, bfloat16, float32 or float64"):

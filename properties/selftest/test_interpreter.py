@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import interpreter
+from .. import interpreter
 
 DEVICE = "cuda" if torch.cuda.is_available() and not interpreter.interpreting() else "cpu"
 only_interpreting = pytest.mark.skipif(not interpreter.interpreting(),
@@ -251,7 +251,7 @@ def test_float_argument_check_fails_without_patch(xdt, odt, values, s):
 
 # ---- a third-party-style bfloat16 softmax ------------------------------------------------------
 def _softmax_of_zeros():
-    from .targets import naive_triton
+    from ..targets import naive_triton
     return naive_triton.softmax(torch.zeros(2, 3, dtype=torch.bfloat16, device=DEVICE)).cpu()
 
 

@@ -17,15 +17,16 @@ import hypothesis
 import pytest
 import torch
 
-from . import interpreter, isolation, replay
-from .case import Case, fail
-from .failures import (Differs, OutOfTolerance, PropertyFailure, Raised, TargetCrashed, UnexpectedFinite,
+from .. import interpreter, isolation, replay
+from ..case import Case, fail
+from ..failures import (Differs, OutOfTolerance, PropertyFailure, Raised, TargetCrashed, UnexpectedFinite,
                        UnexpectedInf, UnexpectedNaN, WrongNonFinite, WrongOutput, failure_class)
-from .invariants import WORST_ULP, law
-from .ops import Target
-from .strategies import Input, Layout, Logits
+from ..invariants import WORST_ULP, law
+from ..ops import Target
+from ..strategies import Input, Layout, Logits
+from ..targets import OWN_KERNELS
+from . import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ON_GPU = torch.cuda.is_available() and not interpreter.interpreting()
 MATCHES_ORACLE = law("matches_oracle")
 
@@ -72,10 +73,10 @@ def test_fail_class_qualified_by_output_and_precision():
 
 
 def test_isolate_modes():
-    assert isolation.enabled("on", "kernels") and not isolation.enabled("off", "other")
-    assert isolation.enabled("auto", "other") and not isolation.enabled("auto", "kernels")
+    assert isolation.enabled("on", OWN_KERNELS) and not isolation.enabled("off", "other")
+    assert isolation.enabled("auto", "other") and not isolation.enabled("auto", OWN_KERNELS)
     with pytest.raises(ValueError, match="--isolate must be one of auto, on, off, got 'sometimes'"):
-        isolation.enabled("sometimes", "kernels")
+        isolation.enabled("sometimes", OWN_KERNELS)
 
 
 # ---- the worker -------------------------------------------------------------------------------
@@ -85,7 +86,7 @@ def test_worker_outcomes_match_in_process(monkeypatch):
     WORST_ULP update replayed here), a PropertyFailure (same class and message as in-process), a
     refusal (rejected), an exception (Raised, by type and line, with the worker's traceback), a
     segfault and a hang (TargetCrashed, with where the worker was), and a restart after each."""
-    target = Target("properties.faulty.misbehaves")
+    target = Target("softmax_properties.properties.faulty.misbehaves")
     seen = []
     monkeypatch.setattr(hypothesis, "target", lambda v, label="": seen.append((v, label)))
     WORST_ULP.pop(("softmax", "float64"), None)
@@ -122,7 +123,7 @@ def test_worker_outcomes_match_in_process(monkeypatch):
 
 
 def test_autograd_probe_in_worker():
-    target = Target("properties.faulty.misbehaves")
+    target = Target("softmax_properties.properties.faulty.misbehaves")
     assert isolation.supports_autograd(target, "softmax") is True
     assert target._autograd == {"softmax": True}
 
@@ -135,7 +136,7 @@ def _pytest(*args, timeout=600):
     return out, out.stdout + out.stderr
 
 
-OOB = ["--target", "properties.faulty.oob_read", "-k", "matches_oracle and (softmax or log_softmax) and not backward"]
+OOB = ["--target", "softmax_properties.properties.faulty.oob_read", "-k", "matches_oracle and (softmax or log_softmax) and not backward"]
 
 
 def test_crash_is_a_shrunk_failure_and_the_run_goes_on(tmp_path):
@@ -154,7 +155,7 @@ def test_crash_is_a_shrunk_failure_and_the_run_goes_on(tmp_path):
     # surfaces at the worker's synchronize after the check, outside the target's code
     assert ON_GPU or "oob_read.py" in text, text
     (saved,) = [p for p in fails.iterdir()]
-    assert saved.name == "properties.faulty.oob_read.matches_oracle-softmax.py", text
+    assert saved.name == "softmax_properties.properties.faulty.oob_read.matches_oracle-softmax.py", text
     inv, case, _ = replay.load(str(saved))
     (x,) = case.tensors()
     assert inv == "matches_oracle" and x[..., 0].numel() == 4 and x.shape[-1] == 1, case  # shrunk to the threshold
@@ -170,10 +171,11 @@ def test_crash_without_isolation_leaves_the_pending_case(tmp_path):
     (pending,) = [p for p in fails.iterdir()]
     assert pending.name.endswith(replay.PENDING), pending
     inv, case, tname = replay.load(str(pending))
-    assert (inv, tname) == ("matches_oracle", "properties.faulty.oob_read") and case.tensors()[0][..., 0].numel() > 3
-    from .plugin import pytest_report_header
-    opts = {"isolate": "auto", "target": "kernels", "properties_failures": str(fails)}
-    config = SimpleNamespace(getoption=lambda k, d=None: opts.get(k, d), _softmax_profile="ci", rootpath=tmp_path)
+    assert (inv, tname) == ("matches_oracle", "softmax_properties.properties.faulty.oob_read") and case.tensors()[0][..., 0].numel() > 3
+    from ..plugin import pytest_report_header
+    opts = {"isolate": "auto", "target": OWN_KERNELS, "properties_failures": str(fails)}
+    config = SimpleNamespace(getoption=lambda k, d=None: opts.get(k, d), _softmax_profile="ci", _softmax_in_use=True,
+                             rootpath=tmp_path)
     header = "\n".join(pytest_report_header(config))
     assert "a run died while checking the case in" in header and pending.name in header, header
 
@@ -183,21 +185,21 @@ def test_two_independent_bugs_both_reported(tmp_path):
     one test reports both (in 16-bit and in wider dtypes, each precision group a class of its
     own), each shrunk to its own smallest case, and saves a replay file for each."""
     fails = tmp_path / "fail"
-    out, text = _pytest("--target", "properties.faulty.two_bugs", "-k", "matches_oracle-softmax and not backward",
+    out, text = _pytest("--target", "softmax_properties.properties.faulty.two_bugs", "-k", "matches_oracle-softmax and not backward",
                         "--isolate", "off", "--properties-failures", str(fails))
     assert out.returncode == 1, text
     assert "distinct failures" in text, text
     shapes = {}
     for path in fails.iterdir():
         _, case, _ = replay.load(str(path))
-        status, report = replay.replay("matches_oracle", case, "properties.faulty.two_bugs")
+        status, report = replay.replay("matches_oracle", case, "softmax_properties.properties.faulty.two_bugs")
         assert status == "FAIL", report
         kind = "nan" if "actual=nan" in report else "off"
         wide = case.dtype.itemsize > 2
         shapes[kind, wide] = tuple(case.tensors()[0].shape)
     assert shapes == {("nan", True): (1,), ("nan", False): (1,), ("off", True): (5,), ("off", False): (5,)}, (shapes, text)
     for name in ("UnexpectedNaN:", "UnexpectedNaN[16-bit]:", "OutOfTolerance:", "OutOfTolerance[16-bit]:"):
-        assert f"properties.failures.{name}" in text, text
+        assert f"softmax_properties.properties.failures.{name}" in text, text
 
 
 @pytest.mark.parametrize("raises,async_error,sticky,outcome", [
@@ -211,8 +213,8 @@ def test_cuda_errors_are_attributed_to_their_example(monkeypatch, raises, async_
     """The worker's CUDA path, without a GPU: torch.cuda.synchronize and the context probe are
     stand-ins. An error of the example's own launches ends that example (the worker synchronizes
     after every check), and a lost context makes it a crash, not an ordinary exception."""
-    from . import failures
-    from .invariants import Invariant, _registry
+    from .. import failures
+    from ..invariants import Invariant, _registry
 
     def check(case, target):
         if raises == "fail":

@@ -8,12 +8,13 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-import kernels
-import oracles
-from kernels import _launch
+from softmax_properties import kernels
+from softmax_properties import oracles
+from softmax_properties.kernels import _launch
 
-from . import strategies as S
-from .invariants import REGISTRY
+from .. import strategies as S
+from ..invariants import REGISTRY
+from ..targets import OWN_KERNELS
 
 DEV = "cuda" if torch.cuda.is_available() and not kernels.interpreting() else "cpu"
 
@@ -21,8 +22,8 @@ DEV = "cuda" if torch.cuda.is_available() and not kernels.interpreting() else "c
 def _kernels_target():
     """The project's kernels as a suite target (properties/ops.Target) on DEV, for calling an
     invariant directly on a fixed case."""
-    from .ops import Target
-    tg = Target("kernels")
+    from ..ops import Target
+    tg = Target(OWN_KERNELS)
     tg.device = DEV
     return tg
 
@@ -58,8 +59,8 @@ def test_fp64_oracle_sums_meet_the_depth_contract(summed_by, monkeypatch):
     0.75 ulp(1): a one-chain sum gains a quarter ulp of 1 per addition (~2000 u in y_0), a tree
     of depth 12 at most 12 u. softmax_bound's oracle share for y_0 (d_0 = 0, H ~ 0) is
     (depth(D) + 10) u = 41 u. Under `one_chain` the check must fail: it can."""
-    from oracles import reference
-    from . import tolerances as T
+    from softmax_properties.oracles import reference
+    from .. import tolerances as T
     if summed_by == "one_chain":
         monkeypatch.setattr(reference, "row_sum", _one_chain_sum)
     n = 4096
@@ -171,7 +172,7 @@ def test_reproducer_rebuilds_the_exact_tensors(data):
     op = data.draw(st.sampled_from(["softmax", "softmax_backward"]))
     fams = data.draw(st.sampled_from([None, (S.MANY_ROWS,)] + ([(S.MASKED_CHUNKS,)] if op == "softmax" else [])))
     case = data.draw(S.cases(op, fams))
-    code = case.reproducer("kernels", call="out = None")
+    code = case.reproducer(OWN_KERNELS, call="out = None")
     scope = {}
     exec(code, scope)
     for name, t in zip(case.spec.args, case.tensors(DEV)):
@@ -286,7 +287,7 @@ def test_merge_reproducer_rebuilds_the_exact_states(data):
     shapes, strides) the case fed the target, and its merge calls name the tree's steps."""
     op = data.draw(st.sampled_from(["softmax_merge", "attention_merge"]))
     case = data.draw(S.merge_cases(op))
-    code = case.reproducer("kernels", call="out = None")
+    code = case.reproducer(OWN_KERNELS, call="out = None")
     scope = {}
     exec(code, scope)
     for c, (x, lse) in case.leaf_tensors(DEV).items():
@@ -295,7 +296,7 @@ def test_merge_reproducer_rebuilds_the_exact_states(data):
             assert r.shape == t.shape and r.dtype == t.dtype, name
             assert r.stride() == t.stride() or t.numel() == 0, name  # an empty tensor's strides are arbitrary
             assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
-    from .case import tree_code, tree_depth
+    from ..case import tree_code, tree_depth
     lines = tree_code(case.tree, op)
     assert len(lines) == max(1, len(case.bounds()) - 1) and (tree_depth(case.tree) == 0 or lines[-1].startswith("out = target."))
 
@@ -421,7 +422,7 @@ def test_merge_states_reproducer_rebuilds_the_exact_states(data):
     fed the target, and runs the target."""
     case = data.draw(S.states_cases(many_rows=data.draw(st.booleans())))
     scope = {}
-    exec(case.reproducer("kernels"), scope)
+    exec(case.reproducer(OWN_KERNELS), scope)
     for name, t in zip(("o", "lse"), case.stacked(DEV)):
         r = scope[name]
         assert r.shape == t.shape and r.dtype == t.dtype, name
@@ -563,7 +564,7 @@ def test_ce_reproducer_rebuilds_the_exact_tensors(data):
     case = data.draw(S.ce_cases(data.draw(st.sampled_from(["cross_entropy", "cross_entropy_backward"])),
                                 many_rows=data.draw(st.booleans())))
     scope = {}
-    exec(case.reproducer("kernels"), scope)
+    exec(case.reproducer(OWN_KERNELS), scope)
     assert isinstance(scope["out"], torch.Tensor)
     for name, t in zip(("logits", "labels", "dloss"), case.tensors(DEV)):
         r = scope[name]
@@ -575,8 +576,8 @@ def test_ce_reductions_agree_accepts_an_overflowing_sum():
     """Two float16 rows of loss 40000: the float16 sum is inf while each row and the mean are
     finite. The law must accept it (the float64 sum of the rows exceeds float16's range); a
     version comparing the rows' float64 sum against the sum as the reference failed here."""
-    from .case import CECase
-    from .invariants.cross_entropy import ce_reductions_agree
+    from ..case import CECase
+    from ..invariants.cross_entropy import ce_reductions_agree
     tg = _kernels_target()
     lg = S.Logits(2, 2, "float16", ("const", 0.0), ((-1, 1, 2, -40000.0),))
     case = CECase("cross_entropy", torch.float16, S.Input(lg, (2,), S.Layout()), S.Targets((1, 1)), -100, "sum", 0.0)
@@ -588,8 +589,8 @@ def test_ce_reductions_agree_when_mean_times_count_overflows():
     """float64 logits [[finfo.max, 0], [0, 0], [0, 0]], targets [1, 0, 0] (a GPU counterexample):
     the sum rounds to finfo.max (finite, right), the mean to max / 3, and 3 * mean in float64 to
     inf. The law's mean * count must not overflow where the sum does not."""
-    from .case import CECase
-    from .invariants.cross_entropy import ce_reductions_agree
+    from ..case import CECase
+    from ..invariants.cross_entropy import ce_reductions_agree
     tg = _kernels_target()
     big = torch.finfo(torch.float64).max
     lg = S.Logits(3, 2, "float64", ("const", 0.0), ((0, 0, 1, big),))
@@ -605,8 +606,8 @@ def test_vjp_bounds_cover_a_subnormal_rounded_y():
     rounded by as much as itself) and dy = 65504: sum(y_r) = 1.00023, so the exact VJP at y_r is
     y_i * -15.25, while the VJP at the exact y is ~0. The kernel's answer on a GPU is the former;
     a bound missing the second-order term du_i * sum_j du_j |g_j| rejects it."""
-    from .case import Case
-    from .invariants.softmax import vjp_matches_finite_differences, vjp_matches_fp64_autograd
+    from ..case import Case
+    from ..invariants.softmax import vjp_matches_finite_differences, vjp_matches_fp64_autograd
     tg = _kernels_target()
     x = S.Logits(1, 255, "float16", ("normal", 0, 3.0), ((0, 0, 1, 17.0),), "moderate")
     g = S.Logits(1, 255, "float16", ("const", 65504.0), (), "constant")
@@ -621,9 +622,9 @@ def test_ce_bound_of_rows_at_the_float64_limit(eps):
     rounds to max, so any kernel that forms lse - x_t returns 0, within the derived bound (u |lse|
     is 2e292). Formed directly, the bound's mean |x_j| overflows to inf and eps * inf with eps = 0
     makes it NaN, which the comparison reads as 0: a half-ulp tolerance."""
-    from .case import CECase
-    from .invariants.cross_entropy import ce_matches_oracle
-    from .truth import ce_truth
+    from ..case import CECase
+    from ..invariants.cross_entropy import ce_matches_oracle
+    from ..truth import ce_truth
     tg = _kernels_target()
     big = torch.finfo(torch.float64).max
     x = S.Logits(1, 2, "float64", ("const", big), (), "huge")
@@ -639,8 +640,8 @@ def test_ce_grad_bound_is_not_first_order_in_the_lse_rounding():
     p_j = exp(x_j - lse) = e**-8, 9x the exact 1/V -- a backward-stable answer (lse is within half
     an ulp). The bound linear in the argument's error (8) falls short of e**2.2 - 1 = 8.0001; the
     exact p expm1(|delta|) covers it."""
-    from .case import CECase
-    from .invariants.cross_entropy import ce_gradient_rows_sum_to_zero, ce_matches_oracle
+    from ..case import CECase
+    from ..invariants.cross_entropy import ce_gradient_rows_sum_to_zero, ce_matches_oracle
     tg = _kernels_target()
     x = S.Logits(1, 26829, "float64", ("const", 2.0**55), (), "bits")
     case = CECase("cross_entropy_backward", torch.float64, S.Input(x, (), S.Layout()), S.Targets((0,)), -100,
@@ -657,8 +658,8 @@ def test_ce_smoothing_mean_at_the_range_end(dtype, V):
     sums the mean of x for the smoothing term. Formed unscaled, that sum overflows to -inf by
     rounding (float32: V = 81 on a GPU, from V = 1000 under the interpreter) and the loss reads
     inf; the kernel sums the mean at a quarter scale (kernels/_cross_entropy.py)."""
-    from .case import CECase
-    from .invariants.cross_entropy import ce_matches_oracle
+    from ..case import CECase
+    from ..invariants.cross_entropy import ce_matches_oracle
     tg = _kernels_target()
     low = -torch.finfo(getattr(torch, dtype)).max
     x = S.Logits(1, V, dtype, ("const", low), (), "huge")
@@ -673,8 +674,8 @@ def test_lsm_bwd_bound_when_the_sum_of_abs_dz_overflows():
     directly, the bound's oracle term depth * u * sum |dz| reads NaN (inf times 0), a half-ulp
     tolerance; the bound forms it in units of 2**64."""
     from fractions import Fraction
-    from .truth import reference as truth
-    from . import tolerances as T
+    from ..truth import reference as truth
+    from .. import tolerances as T
     z = S.Logits(1, 255, "float64", ("const", 0.0), (), "moderate").values()
     dz = S.Logits(1, 255, "float64", ("normal", 0, 2.2471164185778946e+307), (), "huge").values()
     total = sum(Fraction(float(v)) for v in dz[0])
@@ -701,8 +702,8 @@ def test_vjp_special_value_grid(op, dtype):
     finite dy has a finite VJP, checked apart from the oracle: dx_i = y_i sum_j y_j (g_i - g_j), so
     |dx_i| <= 2 y_i (1 - y_i) max|g| <= max|g| / 2 (y = [1, 0], dy = [-max, max] in float64 is
     where the naive y * (g - sum) reads 0 * inf = NaN, in a kernel and an oracle alike)."""
-    from .truth import reference as truth
-    from . import tolerances as T
+    from ..truth import reference as truth
+    from .. import tolerances as T
     xs = torch.tensor([[a, b] for a in _SPECIAL_X for b in _SPECIAL_X], dtype=torch.float64)
     gs = torch.tensor([[a, b] for a in _SPECIAL_G for b in _SPECIAL_G], dtype=torch.float64)
     x = xs.repeat_interleave(len(gs), 0)
@@ -820,7 +821,7 @@ def _direct_equals_jit(monkeypatch, run, launchers):
 def test_direct_launch_matches_the_jit_launch(monkeypatch):
     """The same cross-entropy forward and backward through Launcher hits and through the JIT
     function, on aligned and unaligned logits and both target dtypes: bitwise equal results."""
-    from kernels import _cross_entropy as ce
+    from softmax_properties.kernels import _cross_entropy as ce
 
     def run():
         out = []
@@ -839,7 +840,7 @@ def test_softmax_family_direct_launch_matches_the_jit_launch(monkeypatch):
     """The softmax-family forward and backward kernels through Launcher hits and through the JIT
     function: whole rows (short, with sub-rows for logsumexp, and long), split rows (few rows
     longer than a block), looped rows (many of them), aligned and unaligned: bitwise equal."""
-    from kernels import _softmax as sm
+    from softmax_properties.kernels import _softmax as sm
     mb = _launch.max_block(torch.float32)
     shapes = [(300, 128, 0), (300, 129, 1), (5, 2000, 0), (2, 2 * mb + 3, 1),
               (max(2, _launch.loop_rows(torch.device(DEV))), 2 * mb + 16, 0)]

@@ -1,0 +1,18 @@
+"""Whether an invariant can judge a target's op at all: the test runner, replay and the mutant
+search skip a (law, op) pair the target cannot be asked about, with the reason."""
+from __future__ import annotations
+
+
+def skip_reason(inv, op, target):
+    """Why inv cannot run on target's op (it lacks the op, a dim argument, autograd, or another op
+    the law needs), or None when it can."""
+    if not target.has(op):
+        return f"target {target.name} has no {op}"
+    for need in inv.needs:
+        if need == "dim" and not target.accepts_dim(op):
+            return f"{target.name}.{op} takes no dim argument"
+        if need == "autograd" and not target.supports_autograd(op):
+            return f"{target.name}.{op} is not differentiable"
+        if need.startswith("op:") and not target.has(need[3:]):
+            return f"the law needs {need[3:]}, which target {target.name} does not offer"
+    return None
