@@ -110,14 +110,16 @@ class Worker:
         # spinning threads of the worker made torch's small float64 ops in the checks up to 5x slower
         # than in-process (OpenMP reads this when torch is imported: by the fork server, which starts
         # here on first use, or by a spawned worker)
-        chosen = "OMP_WAIT_POLICY" in os.environ
-        if not chosen:
-            os.environ["OMP_WAIT_POLICY"] = "passive"
+        # TRITON_INTERPRET: this process's choice, explicit, so that the fork server's import of the
+        # suite does not query CUDA to make it (properties/__init__.py: a CUDA query in the server
+        # breaks CUDA in every worker forked from it)
+        unset = {k: v for k, v in (("OMP_WAIT_POLICY", "passive"), ("TRITON_INTERPRET", "0")) if k not in os.environ}
+        os.environ.update(unset)
         try:
             self.proc.start()
         finally:
-            if not chosen:
-                del os.environ["OMP_WAIT_POLICY"]
+            for k in unset:
+                del os.environ[k]
         child.close()
         self.conn = parent
         self.starts += 1

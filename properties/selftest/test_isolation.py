@@ -80,6 +80,22 @@ def test_isolate_modes():
 
 
 # ---- the worker -------------------------------------------------------------------------------
+def test_worker_server_imports_the_suite_without_querying_cuda():
+    """The fork server imports the suite with TRITON_INTERPRET as the pytest process chose it
+    (Worker.start). A CUDA query there initializes the driver, and every worker forked from the
+    server then fails its first CUDA call ("Cannot re-initialize CUDA in forked subprocess", on an
+    H200), so with TRITON_INTERPRET set the suite's modules must not query CUDA when imported."""
+    code = ("import torch\n"
+            "def refuse(*a, **k):\n"
+            "    raise AssertionError('CUDA queried while importing the suite')\n"
+            "torch.cuda.is_available = torch.cuda.device_count = torch.cuda.init = refuse\n"
+            "import softmax_properties.oracles, softmax_properties.properties.invariants, softmax_properties.properties.isolation\n")
+    for value in ("0", "1"):
+        got = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, TRITON_INTERPRET=value),
+                             capture_output=True, text=True, timeout=300)
+        assert got.returncode == 0, got.stderr[-2000:]
+
+
 @pytest.mark.filterwarnings("ignore:Using `reject` outside")  # the refusal's reject(), here outside @given
 def test_worker_outcomes_match_in_process(monkeypatch):
     """Every outcome of a check in the worker: a pass (its hypothesis.target observation and
