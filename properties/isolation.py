@@ -398,7 +398,8 @@ def _serve(conn, fault_path, threads, gpu, filters):
         _, inv_name, case, spec = msg
         answer = _check(inv_name, case, _target(targets, spec, gpu), filters)
         conn.send(answer)
-        if answer[0] == "crashed" or answer[3]:
+        outcome, _, _, restart = answer
+        if outcome == "crashed" or restart:
             os._exit(0)  # the CUDA context cannot be used again
 
 

@@ -51,8 +51,7 @@ def merge_states_is_fold_of_attention_merge(case, target):
     if target.has("attention_merge"):
         # the fold starts from the first state as merged with nothing: an empty one (lse = -inf)
         # is o = 0, as the contract's all-empty merge (for S = 1 no attention_merge runs at all)
-        o0 = torch.where(torch.isneginf(lse[..., 0])[..., None], torch.zeros_like(o[..., 0, :]), o[..., 0, :])
-        fold = (o0, lse[..., 0])
+        fold = (o[..., 0, :].masked_fill(torch.isneginf(lse[..., 0])[..., None], 0), lse[..., 0])
         for s in range(1, S):
             fold = tuple(run(target, "attention_merge", *fold, o[..., s, :], lse[..., s]))
         tol_x, tol_l = 2 * tol_x, 2 * tol_l
