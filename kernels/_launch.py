@@ -357,30 +357,6 @@ def loop_rows(device) -> int:
     return T.LOOP_ROWS_PER_SM * torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def loop_programs(device, n_rows: int) -> int:
-    """Programs of a looped launch, each taking every n-th row (n the count returned). One per row
-    (the default, T.LOOP_PROGRAMS_PER_SM = 0) lets every resident program hold a row in flight;
-    fewer keep fewer rows in flight, so that their second pass can come from the L2 (3-4 programs
-    per SM of 128 KB bf16 rows of 65536 columns are 50-66 MB, past the H200's 50 MB).
-    SOFTMAX_KERNELS_LOOP_PROGRAMS (programs per SM; 0: one per row) overrides. Under the
-    interpreter, half the rows (each program takes two), so CPU runs reach the row loop."""
-    if interpreting() or device.type != "cuda":
-        return max(1, n_rows // 2)
-    per_sm = int(knob("SOFTMAX_KERNELS_LOOP_PROGRAMS", T.LOOP_PROGRAMS_PER_SM))
-    if per_sm <= 0:
-        return n_rows
-    return max(1, min(n_rows, per_sm * torch.cuda.get_device_properties(device).multi_processor_count))
-
-
-def loop_stages(backward: bool) -> int:
-    """Software-pipeline depth of the looped kernels' chunk loops (tl.range num_stages: the loads
-    of the next STAGES - 1 chunks are issued, into shared memory, while one chunk is reduced; 1:
-    not pipelined). SOFTMAX_KERNELS_LOOP_STAGES and SOFTMAX_KERNELS_LOOP_STAGES_BWD override."""
-    if backward:
-        return int(knob("SOFTMAX_KERNELS_LOOP_STAGES_BWD", T.LOOP_STAGES_BWD))
-    return int(knob("SOFTMAX_KERNELS_LOOP_STAGES", T.LOOP_STAGES))
-
-
 def loop_config(backward: bool, dtype: torch.dtype) -> tuple:
     """(chunk, num_warps) of the looped long-row kernels: 16-bit, 8192 columns with 32 per thread
     forward, 4096 with 16 per thread backward (ptxas -v, triton 3.6, sm_90: 59-64 and 48-64

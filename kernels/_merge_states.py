@@ -51,7 +51,6 @@ def _merge_states_kernel(
     n_rows, n_states, n_cols, n1,
     so0, so1, sos, sl0, sl1, sls, sout0, sout1, slo0, slo1,
     F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
-    SP: tl.constexpr, STAGES: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -60,38 +59,24 @@ def _merge_states_kernel(
     # every state is reached by stepping a pointer (64-bit) rather than by s * stride, which
     # overflows 32 bits where the states axis is outermost in memory.
     # M: the largest lse that is not NaN (a NaN lse is flagged instead); -inf when all are empty
-    if SP > 0:
-        # the row's S lse values as one [BLOCK_R, SP] tile: one load (one memory latency) instead
-        # of a chain of S dependent ones per pass
-        sidx = tl.arange(0, SP)
-        lt = tl.load(lrow[:, None] + sidx[None, :].to(tl.int64) * sls, mask=rmask[:, None] & (sidx < n_states)[None, :],
-                     other=float("-inf")).to(CT)
-        isn = lt != lt
-        nan_in = tl.max(isn.to(tl.int32), 1) > 0
-        m = tl.max(tl.where(isn, float("-inf"), lt), 1)
-        fin = (m > float("-inf")) & (m < float("inf"))
-        ms = tl.where(fin, m, 0.0)
-        live = fin[:, None] & (lt > float("-inf"))  # NaN compares False
-        den = tl.sum(tl.where(live, tl.exp(tl.where(live, lt, 0.0) - ms[:, None]), 0.0), 1)
-    else:
-        m = tl.full([BLOCK_R], float("-inf"), CT)
-        has_nan = tl.zeros([BLOCK_R], tl.int32)
-        lp = lrow
-        for s in range(0, n_states):
-            lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
-            lp += sls
-            has_nan = tl.maximum(has_nan, (lv != lv).to(tl.int32))
-            m = tl.maximum(m, tl.where(lv != lv, float("-inf"), lv))
-        nan_in = has_nan > 0
-        fin = (m > float("-inf")) & (m < float("inf"))
-        ms = tl.where(fin, m, 0.0)
-        den = tl.zeros([BLOCK_R], CT)
-        lp = lrow
-        for s in range(0, n_states):
-            lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
-            lp += sls
-            live = fin & (lv > float("-inf"))  # NaN compares False
-            den += tl.where(live, tl.exp(tl.where(live, lv, 0.0) - ms), 0.0)
+    m = tl.full([BLOCK_R], float("-inf"), CT)
+    has_nan = tl.zeros([BLOCK_R], tl.int32)
+    lp = lrow
+    for s in range(0, n_states):
+        lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+        lp += sls
+        has_nan = tl.maximum(has_nan, (lv != lv).to(tl.int32))
+        m = tl.maximum(m, tl.where(lv != lv, float("-inf"), lv))
+    nan_in = has_nan > 0
+    fin = (m > float("-inf")) & (m < float("inf"))
+    ms = tl.where(fin, m, 0.0)
+    den = tl.zeros([BLOCK_R], CT)
+    lp = lrow
+    for s in range(0, n_states):
+        lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+        lp += sls
+        live = fin & (lv > float("-inf"))  # NaN compares False
+        den += tl.where(live, tl.exp(tl.where(live, lv, 0.0) - ms), 0.0)
     den1 = tl.where(fin, den, 1.0)  # D >= 1 where M is finite: the state holding M adds exp(0)
     lse = tl.where(fin, ms + tl.log(den1), m)
     lse = tl.where(nan_in, float("nan"), lse)
@@ -114,7 +99,7 @@ def _merge_states_kernel(
         # state's values are read too (a load masked by its lse would wait for the lse) and then
         # dropped by the select in _weighted, so NaN there never reaches the sum. The vector hints
         # are made at each load: the stepped pointer itself carries no alignment
-        for _ in tl.range(0, n_states // 2, num_stages=STAGES):
+        for _ in range(0, n_states // 2):
             la = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
             lb = tl.load(lp + sls, mask=rmask, other=float("-inf")).to(CT)
             pa = O + (ooff + step)
@@ -198,16 +183,6 @@ def _tile(n_cols: int):
     return br, bd, L._warps(br * bd, per_warp)
 
 
-def _states_config(n_states: int):
-    """(SP, STAGES): the lse of a row read as one tile of SP = next_power_of_2(S) columns where S is
-    at most T.STATES_LSE_TILE (SP = 0: two loops over the states, one load each), and the
-    software-pipeline depth of the loop over the value tiles (1: none). MERGE_KERNELS_STATES_LSE_TILE
-    and MERGE_KERNELS_STATES_STAGES override them."""
-    cap = int(L.knob("MERGE_KERNELS_STATES_LSE_TILE", T.STATES_LSE_TILE))
-    sp = triton.next_power_of_2(n_states) if n_states <= cap else 0
-    return sp, int(L.knob("MERGE_KERNELS_STATES_STAGES", T.STATES_STAGES))
-
-
 @L.on_tensor_device
 def merge_states(o: torch.Tensor, lse: torch.Tensor):
     """Merge S partial attention states over disjoint key sets at once: o (..., S, Dv) of a float
@@ -223,9 +198,8 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     if n_rows == 0:
         return out, lse_out
     br, bd, warps = _tile(n_cols)
-    sp, stages = _states_config(n_states)
     two = n1 < n_rows
-    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=two, SP=sp, STAGES=stages)
+    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=two)
     so, sl, sout, slo = pairs
     # 16-byte vectors: every row of every state (and of the output) starts 16-byte aligned and Dv
     # is a multiple of 16
@@ -233,6 +207,5 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     _merge_states_kernel[(triton.cdiv(n_rows, br),)](
         o2, l2, out, lse_out, n_rows, n_states, n_cols, n1,
         *so, o2.stride(-2), *sl, l2.stride(-1), *sout, *slo,
-        F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, SP=sp, STAGES=stages,
-        num_warps=warps)
+        F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, num_warps=warps)
     return out, lse_out

@@ -95,7 +95,7 @@ def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
 # would make a GPU run of the suite mostly compilation. What those specializations bought is passed
 # as two constexprs instead: VEC (rows 16-byte aligned, row length a multiple of 16: vectorized
 # access, see below) and YCOL/DCOL (output columns contiguous, 32-bit or 64-bit strided).
-_NO_SPEC = ["n_rows", "n_progs", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "syc",
+_NO_SPEC = ["n_rows", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "syc",
             "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
 _NO_ALIGN = _NO_SPEC + ["X", "Y", "PM", "PS", "A", "G", "DX", "PK"]  # (ints too: some versions key "% 16" on this list)
 COL_CONTIG, COL_I32, COL_I64 = 0, 1, 2
@@ -252,60 +252,55 @@ def _online_merge(M, S, mc, sc):
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _fwd_loop_kernel(
-    X, Y, n_rows, n_progs, n_cols, n1, sx0, sx1, sy0, sy1, syc,
+    X, Y, n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc,
     OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, YCOL: tl.constexpr, BLOCK_D: tl.constexpr,
-    STAGES: tl.constexpr,
 ):
-    """16/32-bit rows longer than one block, when there are enough rows to fill the GPU: a program
-    loops over a row's BLOCK_D chunks, folding each chunk's (max, sum) into the row's
+    """16/32-bit rows longer than one block, when there are enough rows to fill the GPU: one
+    program per row loops over its BLOCK_D chunks, folding each chunk's (max, sum) into the row's
     (_online_merge), then reads the chunks again in reverse order (the last ones read are the
     likeliest still in L2) and writes them (output columns contiguous or strided, YCOL: a reduction
-    over a non-last axis must take the same path as over the last one, bitwise). Program p takes
-    rows p, p + n_progs, ... (_launch.loop_programs); the chunk loops are software-pipelined over
-    STAGES chunks (_launch.loop_stages: the next chunks' loads are in flight while one is reduced).
-    A row's arithmetic is the same whichever program takes it and however deep the pipeline."""
+    over a non-last axis must take the same path as over the last one, bitwise)."""
     tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
+    row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
+    xrow = X + _row_off(row, n1, sx0, sx1, TWO_AXES)[:, None]
+    M = tl.full([1], float("-inf"), tl.float64)
+    S = tl.zeros([1], tl.float64)
     n_ck = tl.cdiv(n_cols, BLOCK_D)
-    for r in range(tl.program_id(0), n_rows, n_progs):
-        row = tl.zeros([1], tl.int64) + r  # (r is a Python int under the interpreter)
-        xrow = X + _row_off(row, n1, sx0, sx1, TWO_AXES)[:, None]
-        M = tl.full([1], float("-inf"), tl.float64)
-        S = tl.zeros([1], tl.float64)
-        for i in tl.range(0, n_ck, num_stages=STAGES):
-            cols = i * BLOCK_D + tl.arange(0, BLOCK_D)
-            xp = xrow + cols[None, :]
-            mask = (cols < n_cols)[None, :]
-            if VEC:
-                xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
-                mask = tl.max_constancy(mask, [1, 16])
-            x = to_f32(tl.load(xp, mask=mask, other=float("-inf")))
-            mc, sc, ms_c, d_c, e_c = _stats32(x, OP == 2 and X.dtype.element_ty.primitive_bitwidth == 16)
-            M, S = _online_merge(M, S, mc.to(tl.float64), sc)
-        m = M.to(tl.float32)  # exact: M is one of the row's float32 values (or +-inf / NaN)
-        s = S.to(tl.float32)
-        fin = tl.abs(m) < float("inf")
-        ms = tl.where(fin, m, 0.0)
-        yrow = Y + _row_off(row, n1, sy0, sy1, TWO_AXES)
-        if OP == 2:
-            tl.store(yrow, to_out(tl.where(fin, ms + tl.log(s), m), Y.dtype.element_ty))
+    for i in range(0, n_ck):
+        cols = i * BLOCK_D + tl.arange(0, BLOCK_D)
+        xp = xrow + cols[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        x = to_f32(tl.load(xp, mask=mask, other=float("-inf")))
+        mc, sc, ms_c, d_c, e_c = _stats32(x, OP == 2 and X.dtype.element_ty.primitive_bitwidth == 16)
+        M, S = _online_merge(M, S, mc.to(tl.float64), sc)
+    m = M.to(tl.float32)  # exact: M is one of the row's float32 values (or +-inf / NaN)
+    s = S.to(tl.float32)
+    fin = tl.abs(m) < float("inf")
+    ms = tl.where(fin, m, 0.0)
+    yrow = Y + _row_off(row, n1, sy0, sy1, TWO_AXES)
+    if OP == 2:
+        tl.store(yrow, to_out(tl.where(fin, ms + tl.log(s), m), Y.dtype.element_ty))
+        return
+    for j in range(0, n_ck):
+        cols = (n_ck - 1 - j) * BLOCK_D + tl.arange(0, BLOCK_D)
+        xp = xrow + cols[None, :]
+        if YCOL == 0:
+            yp = yrow[:, None] + cols[None, :]
         else:
-            for j in tl.range(0, n_ck, num_stages=STAGES):
-                cols = (n_ck - 1 - j) * BLOCK_D + tl.arange(0, BLOCK_D)
-                xp = xrow + cols[None, :]
-                if YCOL == 0:
-                    yp = yrow[:, None] + cols[None, :]
-                else:
-                    yp = yrow[:, None] + _col_off(cols, syc, YCOL)[None, :]
-                mask = (cols < n_cols)[None, :]
-                if VEC:
-                    xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
-                    if YCOL == 0:
-                        yp = tl.max_contiguous(tl.multiple_of(yp, [1, 16]), [1, 16])
-                    mask = tl.max_constancy(mask, [1, 16])
-                x = to_f32(tl.load(xp, mask=mask, other=float("-inf")))
-                d = x - ms[:, None]
-                y = _y32(exp_ftz(d), d, s, fin, OP)
-                tl.store(yp, to_out(y, Y.dtype.element_ty), mask=mask)
+            yp = yrow[:, None] + _col_off(cols, syc, YCOL)[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+            if YCOL == 0:
+                yp = tl.max_contiguous(tl.multiple_of(yp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        x = to_f32(tl.load(xp, mask=mask, other=float("-inf")))
+        d = x - ms[:, None]
+        y = _y32(exp_ftz(d), d, s, fin, OP)
+        tl.store(yp, to_out(y, Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -482,56 +477,53 @@ def _bwd_kernel(
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _bwd_loop_kernel(
-    A, G, DX, n_rows, n_progs, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc,
+    A, G, DX, n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc,
     OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, DCOL: tl.constexpr, BLOCK_D: tl.constexpr,
-    STAGES: tl.constexpr,
 ):
-    """16/32-bit rows longer than one block, with enough rows to fill the GPU: a program sums a
-    row's chunk terms (each chunk exact, _numerics.sum_exact32, scaled by its 2**q1; the chunk
-    totals added in float64 in a fixed order), then reads the chunks again in reverse order and
-    writes dx (_out32), to contiguous or strided (DCOL) output columns. Rows are taken and chunk
-    loops pipelined as in the forward (_fwd_loop_kernel)."""
+    """16/32-bit rows longer than one block, with enough rows to fill the GPU: one program per
+    row sums its chunks' terms (each chunk exact, _numerics.sum_exact32, scaled by its 2**q1;
+    the chunk totals added in float64 in a fixed order), then reads the chunks again in reverse
+    order and writes dx (_out32), to contiguous or strided (DCOL) output columns."""
     tl.static_assert(BLOCK_D <= 16384, "sum_exact32 is exact for rows of at most 2**14")
+    row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
+    arow = A + _row_off(row, n1, sa0, sa1, TWO_AXES)[:, None]
+    grow = G + _row_off(row, n1, sg0, sg1, TWO_AXES)[:, None]
+    drow = DX + _row_off(row, n1, sd0, sd1, TWO_AXES)[:, None]
     other_a = 0.0 if OP == 0 else float("-inf")
+    tot = tl.zeros([1], tl.float64)
     n_ck = tl.cdiv(n_cols, BLOCK_D)
-    for r in range(tl.program_id(0), n_rows, n_progs):
-        row = tl.zeros([1], tl.int64) + r  # (r is a Python int under the interpreter)
-        arow = A + _row_off(row, n1, sa0, sa1, TWO_AXES)[:, None]
-        grow = G + _row_off(row, n1, sg0, sg1, TWO_AXES)[:, None]
-        drow = DX + _row_off(row, n1, sd0, sd1, TWO_AXES)[:, None]
-        tot = tl.zeros([1], tl.float64)
-        for i in tl.range(0, n_ck, num_stages=STAGES):
-            cols = i * BLOCK_D + tl.arange(0, BLOCK_D)
-            ap = arow + cols[None, :]
-            gp = grow + cols[None, :]
-            mask = (cols < n_cols)[None, :]
-            if VEC:
-                ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
-                gp = tl.max_contiguous(tl.multiple_of(gp, [1, 16]), [1, 16])
-                mask = tl.max_constancy(mask, [1, 16])
-            a = to_f32(tl.load(ap, mask=mask, other=other_a))
-            g = to_f32(tl.load(gp, mask=mask, other=0.0))
-            term, q1, mg, mt = _terms32(a, g, OP)
-            tot += sum_exact32(term, mt) * _pow2(q1.to(tl.int64))
-        for j in tl.range(0, n_ck, num_stages=STAGES):
-            cols = (n_ck - 1 - j) * BLOCK_D + tl.arange(0, BLOCK_D)
-            ap = arow + cols[None, :]
-            gp = grow + cols[None, :]
+    for i in range(0, n_ck):
+        cols = i * BLOCK_D + tl.arange(0, BLOCK_D)
+        ap = arow + cols[None, :]
+        gp = grow + cols[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
+            gp = tl.max_contiguous(tl.multiple_of(gp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        a = to_f32(tl.load(ap, mask=mask, other=other_a))
+        g = to_f32(tl.load(gp, mask=mask, other=0.0))
+        term, q1, mg, mt = _terms32(a, g, OP)
+        tot += sum_exact32(term, mt) * _pow2(q1.to(tl.int64))
+    for j in range(0, n_ck):
+        cols = (n_ck - 1 - j) * BLOCK_D + tl.arange(0, BLOCK_D)
+        ap = arow + cols[None, :]
+        gp = grow + cols[None, :]
+        if DCOL == 0:
+            dp = drow + cols[None, :]
+        else:
+            dp = drow + _col_off(cols, sdc, DCOL)[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
+            gp = tl.max_contiguous(tl.multiple_of(gp, [1, 16]), [1, 16])
             if DCOL == 0:
-                dp = drow + cols[None, :]
-            else:
-                dp = drow + _col_off(cols, sdc, DCOL)[None, :]
-            mask = (cols < n_cols)[None, :]
-            if VEC:
-                ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
-                gp = tl.max_contiguous(tl.multiple_of(gp, [1, 16]), [1, 16])
-                if DCOL == 0:
-                    dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
-                mask = tl.max_constancy(mask, [1, 16])
-            a = to_f32(tl.load(ap, mask=mask, other=other_a))
-            g = to_f32(tl.load(gp, mask=mask, other=0.0))
-            dx = _out32(a, g, tot, tl.max(tl.abs(g), 1), OP)
-            tl.store(dp, to_out(dx, DX.dtype.element_ty), mask=mask)
+                dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        a = to_f32(tl.load(ap, mask=mask, other=other_a))
+        g = to_f32(tl.load(gp, mask=mask, other=0.0))
+        dx = _out32(a, g, tot, tl.max(tl.abs(g), 1), OP)
+        tl.store(dp, to_out(dx, DX.dtype.element_ty), mask=mask)
 
 
 JIT_KERNELS = L.register_jit(_fwd_kernel, _bwd_kernel, _fwd_loop_kernel, _bwd_loop_kernel)
@@ -618,11 +610,9 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
         return
     if _looped(plan, dtype, x.device):
         chunk, warps = L.loop_config(backward=False, dtype=dtype)
-        loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], YCOL=common["YCOL"], BLOCK_D=chunk,
-                    STAGES=L.loop_stages(backward=False))
+        loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], YCOL=common["YCOL"], BLOCK_D=chunk)
         L.note_variant("fwd_loop", dtype=str(dtype), **loop)
-        n_progs = L.loop_programs(x.device, plan.n_rows)
-        _FWD_LOOP((n_progs,), (x, y, plan.n_rows, n_progs, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc), loop, warps)
+        _FWD_LOOP((plan.n_rows,), (x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc), loop, warps)
         return
     pm = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=x.device)
     ps = torch.empty_like(pm)
@@ -661,12 +651,10 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
                                dict(consts, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1), cfg.num_warps)
         elif _looped(plan, a.dtype, a.device):
             chunk, warps = L.loop_config(backward=True, dtype=a.dtype)
-            loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], DCOL=common["DCOL"], BLOCK_D=chunk,
-                        STAGES=L.loop_stages(backward=True))
+            loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], DCOL=common["DCOL"], BLOCK_D=chunk)
             L.note_variant("bwd_loop", dtype=str(a.dtype), **loop)
-            n_progs = L.loop_programs(a.device, plan.n_rows)
-            _BWD_LOOP((n_progs,), (ax, gx, dx, plan.n_rows, n_progs, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1,
-                                   sdc), loop, warps)
+            _BWD_LOOP((plan.n_rows,), (ax, gx, dx, plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc),
+                      loop, warps)
         else:
             ps = torch.empty((plan.n_rows, cfg.n_chunks), dtype=torch.float64, device=a.device)
             pk = torch.empty_like(ps)

@@ -57,9 +57,6 @@ LOOP_BLOCK_16_BWD = 4096  # 16-bit looped backward chunk (48-64 registers)
 LOOP_BLOCK_32 = 16384  # float32 looped chunk both ways (at 65536 forward 0.67 -> 0.71, backward 0.62 -> 0.68)
 LOOP_PER_WARP = 1024  # looped forward: 32 bf16 / 16 fp32 elements per thread
 LOOP_PER_WARP_BWD = 512  # looped backward
-LOOP_PROGRAMS_PER_SM = 0  # looped programs per SM, each taking every n-th row (0: one program per row)
-LOOP_STAGES = 1  # software-pipeline depth of the looped forward's chunk loops (1: not pipelined)
-LOOP_STAGES_BWD = 1  # ... and of the looped backward's
 
 # the 16/32-bit whole-row backward's registers and row reloads
 BWD_MAXNREG = 64  # 16-bit rows of >= 1024 columns: the float64 sum rounding took 66-72 registers; capped, no spills (16384: 0.66 -> 0.77)
@@ -79,8 +76,6 @@ SOFTMAX_MERGE32_TILE = 2048  # softmax_merge, 32/64-bit (float32 D = 128 0.97-0.
 SOFTMAX_MERGE32_PER_WARP = 512  # ... one warp per 512 elements
 STATES_TILE = 1024  # merge_states: attention_merge's tile (bf16 S = 8 0.79-0.80; [S, rows, cols] tiles and unrolled state loops read lower)
 STATES_PER_WARP = 256  # ... one warp per 256 elements
-STATES_LSE_TILE = 0  # merge_states: a row's lse read as one tile for S up to this (0: two loops over the states)
-STATES_STAGES = 1  # merge_states: software-pipeline depth of the loop over the value tiles (1: none)
 
 # ----------------------------------------------------------------------------------------------
 # cross-entropy (kernels/_cross_entropy.py: max_tile, CEConfig)
@@ -109,17 +104,12 @@ OVERRIDES = {
     "SOFTMAX_KERNELS_LOOP_ROWS": "fewest rows for the looped path",
     "SOFTMAX_KERNELS_LOOP_BLOCK": "chunk of the looped forward (at most 16384)",
     "SOFTMAX_KERNELS_LOOP_BLOCK_BWD": "chunk of the looped backward (at most 16384)",
-    "SOFTMAX_KERNELS_LOOP_PROGRAMS": "looped programs per SM, each taking every n-th row (0: one per row)",
-    "SOFTMAX_KERNELS_LOOP_STAGES": "software-pipeline depth of the looped forward's chunk loops (1: none)",
-    "SOFTMAX_KERNELS_LOOP_STAGES_BWD": "software-pipeline depth of the looped backward's chunk loops (1: none)",
     "SOFTMAX_KERNELS_BWD_MAXNREG": "register cap of the 16/32-bit whole-row backward (0: none)",
     "SOFTMAX_KERNELS_RELOAD": "row reloads of the 16/32-bit whole-row backward (0, 1 or 2)",
     "MERGE_KERNELS_TILE": "elements per program of attention_merge and softmax_merge",
     "MERGE_KERNELS_PER_WARP": "elements per warp of attention_merge and softmax_merge",
     "MERGE_KERNELS_STATES_TILE": "elements per program of merge_states",
     "MERGE_KERNELS_STATES_PER_WARP": "elements per warp of merge_states",
-    "MERGE_KERNELS_STATES_LSE_TILE": "merge_states: the most states whose lse are read as one tile (0: loops)",
-    "MERGE_KERNELS_STATES_STAGES": "merge_states: software-pipeline depth of the loop over the value tiles",
     "CE_KERNELS_MAX_TILE": "cross-entropy columns per iteration (a power of two >= 16)",
     "CE_KERNELS_NUM_WARPS": "cross-entropy warps per program",
 }
