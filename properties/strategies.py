@@ -860,8 +860,9 @@ def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False, 
     pattern (ce_target_pattern), reduction "mean" half the time (a mean over many rows)."""
     if many_rows:
         dtype = draw(dtypes(), label="dtype")
-        # half the time 1 to 3 classes: the most rows the element budget holds
-        cols = draw(st.one_of(st.integers(1, 3), st.sampled_from(MANY_ROW_COLS)), label="V")
+        # half the time 2 or 3 classes: the most rows the element budget holds with a loss that
+        # depends on the logits (V = 1, every loss exactly 0, stays among MANY_ROW_COLS)
+        cols = draw(st.one_of(st.integers(2, 3), st.sampled_from(MANY_ROW_COLS)), label="V")
         n = draw(many_rows_count(cols), label="rows")
         ignore_index, reduction, eps = draw(ce_options(), label="options")
         reduction = draw(st.one_of(st.just("mean"), st.just(reduction)), label="reduction")
