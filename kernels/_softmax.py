@@ -400,7 +400,7 @@ def _bwd_kernel(
     A, G, DX, PS, PK,
     n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, n_chunks,
     OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, DCOL: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr, RELOAD: tl.constexpr, EXACT: tl.constexpr = 1,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr, RELOAD: tl.constexpr,
 ):
     """OP 0: dx = y * (g - sum(y * g)).  OP 1: dx = g - exp(z) * sum(g).  A is y or z.
 
@@ -448,12 +448,8 @@ def _bwd_kernel(
         # sum(term) = tot * 2**k, k from the row's largest |term| (not |g|: scaling a small
         # y * g by a large g's exponent would round it to a subnormal)
         tot, k = sum_parts(term)
-    elif EXACT:
-        tot = sum_exact32(term, mt) * _pow2(q1.to(tl.int64))  # float64: no overflow, exact scaling
-        k = tl.zeros_like(q1)
     else:
-        # a plain float32 sum (not order-independent): what the exact sum costs, measured only
-        tot = tl.sum(term, 1).to(tl.float64) * _pow2(q1.to(tl.int64))
+        tot = sum_exact32(term, mt) * _pow2(q1.to(tl.int64))  # float64: no overflow, exact scaling
         k = tl.zeros_like(q1)
     if PHASE == 1:
         poff = rows * n_chunks + tl.program_id(1)
@@ -645,8 +641,7 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         sdc = plan.out_col_strides[0] or 1
         vec = L.vec_ok(plan.n_cols, (ax, sa0, sa1), (gx, sg0, sg1), (dx, sd0, sd1))
         consts = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc), VEC=vec,
-                      TWO_AXES=plan.n1 < plan.n_rows, RELOAD=L.bwd_reload(a.dtype, cfg, op == LOG_SOFTMAX), BLOCK_D=cfg.block_d,
-                      EXACT=int(L.knob("SOFTMAX_KERNELS_EXACT_SUMS", 1)))
+                      TWO_AXES=plan.n1 < plan.n_rows, RELOAD=L.bwd_reload(a.dtype, cfg, op == LOG_SOFTMAX), BLOCK_D=cfg.block_d)
         common = dict(consts, enable_fp_fusion=False, num_warps=cfg.num_warps)  # what note_variant records
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
         if not cfg.split:

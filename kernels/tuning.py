@@ -104,7 +104,6 @@ OVERRIDES = {
     "SOFTMAX_KERNELS_LOOP_ROWS": "fewest rows for the looped path",
     "SOFTMAX_KERNELS_LOOP_BLOCK": "chunk of the looped forward (at most 16384)",
     "SOFTMAX_KERNELS_LOOP_BLOCK_BWD": "chunk of the looped backward (at most 16384)",
-    "SOFTMAX_KERNELS_EXACT_SUMS": "0: the whole-row 16/32-bit backward sums in plain float32 (measurement only; breaks the strict tier)",
     "SOFTMAX_KERNELS_BWD_MAXNREG": "register cap of the 16/32-bit whole-row backward (0: none)",
     "SOFTMAX_KERNELS_RELOAD": "row reloads of the 16/32-bit whole-row backward (0, 1 or 2)",
     "MERGE_KERNELS_TILE": "elements per program of attention_merge and softmax_merge",
