@@ -1,0 +1,72 @@
+"""Outputs of correct implementations (torch eager, torch.compile) recorded on a GPU that a
+default-tier bound once rejected, pinned as plain tests of the truths: the default tier accepts
+each recorded value, and a value a few units further off is still rejected, so the allowance that
+made room for it stays a bound. No GPU is needed: the recorded output is compared with the FP64
+truth the suite computes for the same case."""
+from __future__ import annotations
+
+import torch
+
+from .. import ops  # noqa: F401 - registers the built-in ops the cases name
+from .. import tolerances as T
+from .. import truth
+from ..case import CECase
+from ..strategies import Input, Layout, Logits, Targets, DLoss
+
+
+def _ce(op, dtype, rows, cols, fill, patches=(), family="moderate", batch=None, targets=(0,), reduction="mean",
+        eps=0.0, dloss=None, target_dtype="int64", target_stride=1):
+    return CECase(op=op, dtype=getattr(torch, dtype),
+                  logits=Input(Logits(rows, cols, dtype, fill, patches, family),
+                               (rows,) if batch is None else batch, Layout("contiguous", 0)),
+                  targets=Targets(values=targets, dtype=target_dtype, stride=target_stride, rows=0 if batch == () else rows),
+                  ignore_index=-100, reduction=reduction, label_smoothing=eps, dloss=dloss)
+
+
+def test_float16_smoothed_gradient_with_subnormal_terms():
+    """torch eager, CUDA, float16 logits of 16383 classes, label_smoothing 0.1, mean of one row:
+    dx[478] = -5.3048e-06 where the exact value is -5.3516e-06, 0.78 of a float16 subnormal
+    spacing (2**-24) apart. torch forms the smoothed cotangent -(eps / V) s in float16, a
+    subnormal there, so its rounding errs by half the subnormal spacing, not by u times its
+    value; the default bound once allowed 4.5e-8."""
+    case = _ce("cross_entropy_backward", "float16", 1, 16383, ("normal", 0, 1.0), batch=(), eps=0.1,
+               dloss=DLoss(("const", 1.0)))
+    ref, tol = truth.ce_truth(case, case.tensors("cpu"))
+    got = -5.304813385009766e-06
+    assert abs(got - float(ref[478])) <= float(tol[478]), (float(ref[478]), float(tol[478]))
+    three_spacings = 3 * 2.0**-24  # a value three subnormal spacings off is still a failure
+    assert abs(got - three_spacings - float(ref[478])) > float(tol[478])
+
+
+def test_mean_over_many_rows_in_any_order():
+    """torch.compile, CUDA, float32 logits of 65535 rows [0, 0], mean: 0.69315428 where the exact
+    mean is log 2 = 0.69314718, 86 u off (inductor sums the rows' losses in float32 in its own
+    order). The default tier holds a reduction over rows to any order (depth_any of the row count),
+    the strict tier to the project's float64 sum of its float64 row losses; a mean that drops one
+    row in a hundred is a failure in both."""
+    case = _ce("cross_entropy", "float32", 65535, 2, ("const", 0.0), target_dtype="int32", target_stride=2)
+    args = case.tensors("cpu")
+    ref, tol = truth.ce_truth(case, args)
+    got = 0.6931542754173279
+    assert abs(got - float(ref)) <= float(tol)
+    _, tol_strict = truth.ce_truth(case, args, depth=T.depth, strict=True)
+    assert abs(got - float(ref)) > float(tol_strict)
+    assert abs(float(ref) * 0.99 - float(ref)) > float(tol)
+
+
+def test_mean_whose_row_losses_sum_past_float32():
+    """torch.compile, CUDA, 63 rows [0, -finfo.max] (bfloat16 and float32), target 0,
+    label_smoothing 0.1, mean: inf where the exact mean is 1.7e37, each row's loss being
+    0.05 finfo.max. A float32 sum of the 63 losses overflows before the division; finite there is
+    the strict tier's robustness guarantee, so the default tier leaves the output unjudged, as it
+    does a row whose own loss overflows float32. Half the rows (a sum below finfo.max / 2) stay
+    judged."""
+    for dtype in ("bfloat16", "float32"):
+        big = -torch.finfo(getattr(torch, dtype)).max
+        for rows, judged in ((63, False), (5, True)):
+            case = _ce("cross_entropy", dtype, rows, 2, ("const", 0.0), ((-1, 0, 1, 0.0), (-1, 1, 2, big)),
+                       family="repeated_rows", eps=0.1)
+            mask = truth.ce_default_mask(case, case.tensors("cpu"), ())
+            assert (mask is None) == judged, (dtype, rows, mask)
+            if not judged:
+                assert not bool(mask.any())
