@@ -264,12 +264,13 @@ def ce_loss_bound(dtype, lse, H, dep, logs, xt, mean_abs, loss, eps):
 
 
 def ce_reduced_bound(row_eps, rows_abs, n_rows, count, reduction, u_rows=None):
-    """mean / sum of per-row losses (each within row_eps): sum_i row_eps_i, plus the sum of the
-    rows' rounded values, u_rows sum |loss_i| (None: a float64 sum, n 2**-53), divided by the
-    count for the mean (one more 2**-53 relative). For "none" the row bounds themselves."""
+    """mean / sum of per-row losses (each within row_eps): sum_i row_eps_i, plus the kernel's sum
+    of the rows' rounded values, u_rows sum |loss_i| (None: a float64 sum, within the oracle's
+    own), plus the oracle's float64 sum (n 2**-53 sum |loss_i|), divided by the count for the
+    mean (one more 2**-53 relative). For "none" the row bounds themselves."""
     if reduction == "none":
         return row_eps
-    rel = (n_rows + 1) * U_ORACLE if u_rows is None else u_rows + 2 * U_ORACLE
+    rel = (n_rows + 1) * U_ORACLE + (0.0 if u_rows is None else u_rows)
     total = row_eps.sum() + rel * rows_abs.sum()
     return total / count if reduction == "mean" else total
 
