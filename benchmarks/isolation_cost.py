@@ -71,7 +71,7 @@ def main():
         interpreter.install()
     S.set_limits(LIMITS.get(args.profile, LIMITS["dev"]))
     target = Target(targets.resolve(args.target))
-    target.device = "cuda" if torch.cuda.is_available() and not interpreter.interpreting() else "cpu"
+    target.device = interpreter.device()
     target.record = False
     invs = {inv.name: inv for inv in REGISTRY}
     print(f"device={target.device} profile={args.profile} target={args.target} torch threads={torch.get_num_threads()}")

@@ -51,6 +51,13 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def device() -> str:
+    """Where the suite runs its targets: "cuda" with a GPU and compiled Triton, else "cpu" (Triton's
+    interpreter). (Reproducers spell the same test out, so that they run without the suite.)"""
+    import torch
+    return "cuda" if torch.cuda.is_available() and not interpreting() else "cpu"
+
+
 def install() -> bool:
     """Install every patch the installed triton allows (idempotent). Returns True when all of
     them are in place; ``patches()`` names any that is not, and why."""

@@ -255,7 +255,8 @@ def _place_worker(wi: dict) -> None:
     n = max(1, int(wi.get("workercount", 1)))
     isolation.THREADS = max(1, (os.cpu_count() or 1) // n)
     torch.set_num_threads(isolation.THREADS)
-    if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    from . import interpreter
+    if interpreter.device() == "cuda":
         k = int(str(wi.get("workerid", "gw0")).lstrip("gw") or 0)
         isolation.GPU_INDEX = k % torch.cuda.device_count()
         torch.cuda.set_device(isolation.GPU_INDEX)
@@ -332,7 +333,8 @@ def _interpreter_header() -> list:
 def target(pytestconfig):
     from .ops import Target
     t = Target(pytestconfig.getoption("target"))
-    t.device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"
+    from . import interpreter
+    t.device = interpreter.device()
     b = getattr(t.module, "block_boundaries", None)
     if callable(b):
         try:  # the project's kernels have per-dtype boundaries; aim at all of them

@@ -36,8 +36,6 @@ import re
 import sys
 import traceback
 
-import torch
-
 from . import targets
 
 HEADER = """\
@@ -182,7 +180,7 @@ def replay(invariant: str, case, target_name: str):
                 raise
 
     target = Recording(targets.resolve(target_name))
-    target.device = "cuda" if torch.cuda.is_available() and not interpreter.interpreting() else "cpu"
+    target.device = interpreter.device()
     target.record = False
     reason = skip_reason(inv, case.op, target)
     if reason:

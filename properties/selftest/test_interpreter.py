@@ -17,7 +17,7 @@ import triton.language as tl
 
 from .. import interpreter
 
-DEVICE = "cuda" if torch.cuda.is_available() and not interpreter.interpreting() else "cpu"
+DEVICE = interpreter.device()
 only_interpreting = pytest.mark.skipif(not interpreter.interpreting(),
                                        reason="the patches are for Triton's interpreter (TRITON_INTERPRET=1)")
 

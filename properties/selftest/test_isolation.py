@@ -27,7 +27,7 @@ from ..strategies import Input, Layout, Logits
 from ..targets import OWN_KERNELS
 from . import ROOT
 
-ON_GPU = torch.cuda.is_available() and not interpreter.interpreting()
+ON_GPU = interpreter.device() == "cuda"
 MATCHES_ORACLE = law("matches_oracle")
 
 

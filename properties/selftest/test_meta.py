@@ -12,11 +12,11 @@ from softmax_properties import kernels
 from softmax_properties import oracles
 from softmax_properties.kernels import _launch
 
-from .. import strategies as S
+from .. import interpreter, strategies as S
 from ..invariants import REGISTRY
 from ..targets import OWN_KERNELS
 
-DEV = "cuda" if torch.cuda.is_available() and not kernels.interpreting() else "cpu"
+DEV = interpreter.device()
 
 
 def _kernels_target():

@@ -9,7 +9,9 @@ import torch
 from softmax_properties import kernels
 from softmax_properties import oracles
 
-DEV = "cuda" if torch.cuda.is_available() and not kernels.interpreting() else "cpu"
+from .. import interpreter
+
+DEV = interpreter.device()
 F32MAX = torch.finfo(torch.float32).max
 F64MAX = torch.finfo(torch.float64).max
 inf = float("inf")
