@@ -12,6 +12,9 @@ Contract a correct kernel must meet (accumulation in at least float32):
     kernels with 16-lane vectors and chains of D / 16, a loop over 64-wide blocks, a GPU tree).
     The ``strict`` tier (``matches_oracle_strict``) holds the project's kernels to sequential chains
     of at most ``depth(D) = ceil(D / 256) + ceil(log2 D) + 1`` additions (>= 256 lanes, then a tree);
+  * a cross-entropy's mean or sum over N rows is such a reduction too: any order over the N row
+    losses in the default tier (``depth_any(N)``), a float64 sum of float64 row losses in the
+    strict tier (``ce_reduced_bound``);
   * the output is the computed value rounded to nearest in the output dtype.
 
 Each ``*_bound`` returns, per output element, an absolute bound ``eps`` on the error of the
