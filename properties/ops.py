@@ -142,6 +142,7 @@ class Target:
         self.refusals = tuple(getattr(self.module, "SUITE_REFUSALS", DEFAULT_REFUSALS))
         self.device = "cpu"
         self._autograd = {}
+        self.autograd_errors = {}  # op -> what the autograd probe raised, where it raised
 
     def fn(self, op_name: str):
         f = getattr(self.module, op_name, None)
@@ -167,8 +168,9 @@ class Target:
                 x = torch.zeros(2, 3, dtype=torch.float64, device=self.device, requires_grad=True)
                 args, kwargs = lookup(op_name).sample(x)
                 self._autograd[op_name] = bool(self.call(op_name, *args, **kwargs).requires_grad)
-            except Exception:
+            except Exception as e:  # an op that cannot take a float64 input that requires grad
                 self._autograd[op_name] = False
+                self.autograd_errors[op_name] = f"{type(e).__name__}: {str(e)[:200]}"
         return self._autograd[op_name]
 
 

@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import math
 import pkgutil
+import traceback
 
 import pytest
 from hypothesis import HealthCheck, Phase, errors, find, settings, strategies as st
@@ -122,6 +123,16 @@ def search(module: str, op: str, device: str, max_examples: int, only: str = Non
 SHAPE_FAMILIES = {S.MANY_ROWS, S.MASKED_CHUNKS}
 
 
+CRASHES = []  # the checks of the last search that raised something other than a PropertyFailure
+
+
+def crashes_told() -> str:
+    """The last search's crashes, for a failure message: how many, and the first in full."""
+    if not CRASHES:
+        return ""
+    return f"\n{len(CRASHES)} checks raised instead of passing or failing; the first: {CRASHES[0]}"
+
+
 def _search(module: str, op: str, device: str, max_examples: int, only=None, shrink=True):
     mutant = Target(module)
     mutant.device = device
@@ -133,6 +144,7 @@ def _search(module: str, op: str, device: str, max_examples: int, only=None, shr
     pairs = st.sampled_from(invariants).flatmap(
         lambda inv: S.cases(op, inv.families, inv.max_cols).map(lambda case: (inv, case)))
     seen = {}  # (invariant, case) -> caught: a replay agrees even for a mutant with state
+    CRASHES.clear()
 
     def caught(pair) -> bool:
         inv, case = pair
@@ -152,7 +164,8 @@ def _search(module: str, op: str, device: str, max_examples: int, only=None, shr
             return False
         except errors.HypothesisException:  # a harness error must never count as a catch
             raise
-        except Exception:  # a crash of the mutant is a failure too, as in the suite itself
+        except Exception as e:  # a crash of the mutant is a failure too, as in the suite itself
+            CRASHES.append(f"{inv.name} on {case!r}:\n{''.join(traceback.format_exception(e))}")
             return only is None  # ... but it is no evidence that the named invariant catches it
         return False
 
@@ -172,7 +185,7 @@ def search_declared(name: str, device: str):
                           shrink=False, limits=limits)
         except errors.NoSuchExample:
             continue
-    raise errors.NoSuchExample(f"none of {name}.CAUGHT_BY catches it in {PAIR_EXAMPLES} cases each")
+    raise errors.NoSuchExample(f"none of {name}.CAUGHT_BY catches it in {PAIR_EXAMPLES} cases each{crashes_told()}")
 
 
 def report(inv, case, module: str, device: str, attempts: int = 5) -> str:
@@ -236,8 +249,12 @@ def test_control_correct_kernels_are_not_caught(op, target):
     bug, not the search's (this control once exposed two harness errors counted as catches). The
     laws of SHAPE_FAMILIES, which this search leaves out, run against the kernels in
     test_properties."""
-    with pytest.raises(errors.NoSuchExample):
-        search(OWN_KERNELS, op, target.device, 150)
+    try:
+        inv, case = search(OWN_KERNELS, op, target.device, 150)
+    except errors.NoSuchExample:
+        return
+    pytest.fail(f"the search caught the project's kernels: {report(inv, case, OWN_KERNELS, target.device)}"
+                f"{crashes_told()}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -299,7 +316,8 @@ def test_invariant_catches_mutant(name, inv_name, target):
     try:
         inv, case = search(module, MUTANTS[name], target.device, PAIR_EXAMPLES, only=inv_name, limits=limits)
     except errors.NoSuchExample:
-        pytest.fail(f"{inv_name} did not catch {name} in {PAIR_EXAMPLES} cases, though {name}.CAUGHT_BY declares it")
+        pytest.fail(f"{inv_name} did not catch {name} in {PAIR_EXAMPLES} cases, though {name}.CAUGHT_BY declares it"
+                    f"{crashes_told()}")
     rep = report(inv, case, module, target.device)
     _print_catch(name, inv_name, "searched", case, rep, target.device)
     assert rep.startswith(f"[{inv_name}]"), f"the shrunk case does not reproduce the catch:\n{rep}"
