@@ -6,8 +6,11 @@ one pattern per line, each with a ``# reason``::
 
     test_property[ce_ignored_rows_do_not_count-cross_entropy_backward]  # fla follows torch: ...
     test_property[*-softmax_backward]  # a glob: * any characters, ? one
+    cuda: test_property[matches_oracle-softmax_backward]  # only where the suite runs on CUDA
 
-A pattern matches a test whose node id, or the part after its last ``::``, it matches whole
+A leading ``cpu:`` or ``cuda:`` limits an entry to runs on that device (``interpreter.device()``:
+the CPU is Triton's interpreter): a library's bug of one device's kernels stays a failure on the
+other, where its kernels pass. A pattern matches a test whose node id, or the part after its last ``::``, it matches whole
 (``*`` and ``?`` are the only wildcards: brackets are literal). Matching tests are marked
 ``xfail(strict=False)`` with the reason: a failure is reported as xfailed, a pass as xpassed.
 An entry that matches no collected test gets a warning (a stale entry, or a typo).
@@ -25,6 +28,7 @@ import pytest
 from . import targets
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "xfails")
+DEVICES = {"cpu:": "cpu", "cuda:": "cuda"}  # an entry's device qualifier -> the device it holds on
 
 
 class XfailsWarning(pytest.PytestWarning):
@@ -36,6 +40,7 @@ class Entry:
     pattern: str
     reason: str
     where: str  # "file:line"
+    device: str = None  # "cpu" or "cuda": the entry holds on that device only; None: on both
 
     @property
     def regex(self):
@@ -63,9 +68,13 @@ def parse(path: str) -> list:
             pattern, reason = pattern.strip(), reason.strip()
             if not sep or not reason:
                 raise ValueError(f"{path}:{n}: an expected failure needs a reason: '<pattern>  # <reason>', got {line!r}")
+            device = next((d for q, d in DEVICES.items() if pattern.startswith(q)), None)
+            if device is not None:
+                pattern = pattern.split(":", 1)[1].strip()
             if any(c.isspace() for c in pattern):
-                raise ValueError(f"{path}:{n}: the pattern must be one node id (no spaces), got {pattern!r}")
-            entries.append(Entry(pattern, reason, f"{path}:{n}"))
+                raise ValueError(f"{path}:{n}: the pattern must be one node id (no spaces), optionally after "
+                                 f"{' or '.join(DEVICES)}, got {pattern!r}")
+            entries.append(Entry(pattern, reason, f"{path}:{n}", device))
     return entries
 
 
@@ -86,14 +95,17 @@ def load(config) -> list:
         raise pytest.UsageError(str(e)) from None
 
 
-def apply(entries: list, items: list, warn: bool = True) -> dict:
-    """Mark the items an entry matches xfail(strict=False) (the first matching entry's reason);
-    warn (XfailsWarning) for each entry that matches none. Returns {nodeid: reason}."""
+def apply(entries: list, items: list, warn: bool = True, device: str = None) -> dict:
+    """Mark the items an entry for this device matches xfail(strict=False) (the first matching
+    entry's reason); warn (XfailsWarning) for each entry that matches none, whatever its device.
+    device: the run's (None: every entry holds). Returns {nodeid: reason}."""
     marked, used = {}, set()
     for item in items:
         for e in entries:
             if e.matches(item.nodeid):
                 used.add(e)
+                if e.device is not None and device is not None and e.device != device:
+                    continue
                 if item.nodeid not in marked:
                     marked[item.nodeid] = e.reason
                     item.add_marker(pytest.mark.xfail(reason=f"expected failure ({e.where}): {e.reason}", strict=False))

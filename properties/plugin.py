@@ -289,7 +289,8 @@ def pytest_collection_modifyitems(config, items):
     # expected failures: runs before -k/-m deselection, so "matches no test" means no test at all;
     # under xdist every worker collects everything, so one of them warns
     worker = getattr(config, "workerinput", {}).get("workerid", "gw0")
-    expected.apply(expected.load(config), items, warn=worker == "gw0")
+    from . import interpreter
+    expected.apply(expected.load(config), items, warn=worker == "gw0", device=interpreter.device())
 
 
 def item_tier(item) -> str:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -75,6 +76,24 @@ def test_xfails_apply_marks_and_warns(tmp_path):
     assert items[1].markers == []
 
 
+def test_xfails_device_qualified_entries(tmp_path):
+    """An entry after "cuda:" (or "cpu:") marks tests only in runs on that device; it matches, so it
+    is not stale, on the other; an unqualified entry holds on both."""
+    entries = expected.parse(_write(tmp_path / "x.txt", "cuda: test_property[a-*]  # a CUDA kernel's bug\n"
+                                                        "cpu:test_property[b-*]  # a CPU kernel's bug\n"
+                                                        "test_property[c-*]  # both\n"))
+    assert [(e.pattern, e.device) for e in entries] == [("test_property[a-*]", "cuda"), ("test_property[b-*]", "cpu"),
+                                                        ("test_property[c-*]", None)]
+    ids = ["p.py::test_property[a-softmax]", "p.py::test_property[b-softmax]", "p.py::test_property[c-softmax]"]
+    for device, want in (("cuda", {ids[0], ids[2]}), ("cpu", {ids[1], ids[2]})):
+        items = [_Item(i) for i in ids]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", expected.XfailsWarning)  # none is stale on either device
+            assert set(expected.apply(entries, items, device=device)) == want
+    with pytest.raises(ValueError, match=r"x\.txt:1: the pattern must be one node id"):
+        expected.parse(_write(tmp_path / "x.txt", "gpu: test_property[a-*]  # not a device qualifier\n"))
+
+
 BROKEN_TARGET = '''
 import torch
 SUITE_REFUSALS = ()
@@ -108,6 +127,10 @@ def test_xfails_and_replay_end_to_end(tmp_path, monkeypatch):
     status, report = replay.replay(inv, case, "broken_lse")
     assert status == "FAIL" and "[output_dtype_and_shape]" in report and "reproducer:" in report
     assert replay.replay(inv, case, "kernels")[0] == "PASS"
+    # the command line, in a fresh process (nothing imported beforehand registers the ops for it)
+    cli = subprocess.run([sys.executable, "-m", "softmax_properties.properties.replay", str(saved), "--target", "kernels"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0 and cli.stdout.startswith("PASS"), cli.stdout + cli.stderr
 
 
 # ---- replay -----------------------------------------------------------------------------------
