@@ -84,7 +84,7 @@ def main():
     isolation.worker().start(isolation._preload(target))
     warm = time.perf_counter() - t0
     t0 = time.perf_counter()
-    isolation.supports_autograd(Target(args.target), "log_softmax")
+    isolation.supports_autograd(target, "log_softmax")
     first = time.perf_counter() - t0
 
     print(f"\n{'property':58s} {'cases':>5s} {'in-process /s':>14s} {'isolated /s':>12s} {'ratio':>6s} {'per example':>12s}")
