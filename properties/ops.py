@@ -142,7 +142,7 @@ class Target:
         self.refusals = tuple(getattr(self.module, "SUITE_REFUSALS", DEFAULT_REFUSALS))
         self.device = "cpu"
         self._autograd = {}
-        self.autograd_errors = {}  # op -> what the autograd probe raised, where it raised
+        self.autograd_errors = {}  # op -> what its autograd probe raised (where it did)
 
     def fn(self, op_name: str):
         f = getattr(self.module, op_name, None)
