@@ -11,9 +11,10 @@ one pattern per line, each with a ``# reason``::
 A leading ``cpu:`` or ``cuda:`` limits an entry to runs on that device (``interpreter.device()``:
 the CPU is Triton's interpreter): a library's bug of one device's kernels stays a failure on the
 other, where its kernels pass. A pattern matches a test whose node id, or the part after its
-last ``::``, it matches whole (``*`` and ``?`` are the only wildcards: brackets are literal). Matching tests are marked
-``xfail(strict=False)`` with the reason: a failure is reported as xfailed, a pass as xpassed.
-An entry that matches no collected test gets a warning (a stale entry, or a typo).
+last ``::``, it matches whole (``*`` and ``?`` are the only wildcards: brackets are literal).
+Matching tests are marked ``xfail(strict=False)`` with the reason: a failure is reported as
+xfailed, a pass as xpassed. An entry that matches no collected test gets a warning (a stale
+entry, or a typo).
 Blank lines and lines starting with ``#`` are skipped.
 """
 from __future__ import annotations
