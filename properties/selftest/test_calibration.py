@@ -1,7 +1,8 @@
-"""Outputs of correct implementations (torch eager, torch.compile) recorded on a GPU that a
-default-tier bound once rejected, pinned as plain tests of the truths: the default tier accepts
-each recorded value, and a value a few units further off is still rejected, so the allowance that
-made room for it stays a bound. No GPU is needed: the recorded output is compared with the FP64
+"""Outputs of correct implementations (torch eager, torch.compile) recorded on a GPU, each at
+the edge of one of the default tier's allowances (a subnormal rounding, a mean over rows in any
+order, a sum of row losses past float32), pinned as plain tests of the truths: the default tier
+accepts each recorded value, and a value a few units further off is still rejected, so the
+allowance stays a bound. No GPU is needed: the recorded output is compared with the FP64
 truth the suite computes for the same case."""
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def test_float16_smoothed_gradient_with_subnormal_terms():
     dx[478] = -5.3048e-06 where the exact value is -5.3516e-06, 0.78 of a float16 subnormal
     spacing (2**-24) apart. torch forms the smoothed cotangent -(eps / V) s in float16, a
     subnormal there, so its rounding errs by half the subnormal spacing, not by u times its
-    value; the default bound once allowed 4.5e-8."""
+    value (a relative allowance alone gives 4.5e-8 here)."""
     case = _ce("cross_entropy_backward", "float16", 1, 16383, ("normal", 0, 1.0), batch=(), eps=0.1,
                dloss=DLoss(("const", 1.0)))
     ref, tol = truth.ce_truth(case, case.tensors("cpu"))
