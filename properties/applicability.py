@@ -12,7 +12,7 @@ def skip_reason(inv, op, target):
         if need == "dim" and not target.accepts_dim(op):
             return f"{target.name}.{op} takes no dim argument"
         if need == "autograd" and not target.supports_autograd(op):
-            raised = getattr(target, "autograd_errors", {}).get(op)
+            raised = target.autograd_errors.get(op)
             return f"{target.name}.{op} is not differentiable" + (f" (its autograd probe raised {raised})" if raised else "")
         if need.startswith("op:") and not target.has(need[3:]):
             return f"the law needs {need[3:]}, which target {target.name} does not offer"

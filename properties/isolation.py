@@ -292,13 +292,21 @@ def check(inv, case, target, timeout: float = DEFAULT_TIMEOUT):
 
 
 def supports_autograd(target, op: str) -> bool:
-    """Target.supports_autograd, probed in the worker (the probe calls the target), cached on target."""
+    """Target.supports_autograd, probed in the worker (the probe calls the target), cached on target
+    with what the probe raised, if anything (target.autograd_errors)."""
     if op not in target._autograd:
         w = worker()
         got = w.request(("autograd", _spec(target), op), DEFAULT_TIMEOUT, _preload(target))
-        if not isinstance(got, Crash) and got[1]:  # the worker lost its CUDA context and has exited
+        if isinstance(got, Crash):
+            target._autograd[op] = False
+            target.autograd_errors[op] = f"target crashed: {got.reason}"
+            return False
+        ok, broken, error = got
+        if broken:  # the worker lost its CUDA context and has exited
             w.retire()
-        target._autograd[op] = not isinstance(got, Crash) and bool(got[0])
+        target._autograd[op] = bool(ok)
+        if error:
+            target.autograd_errors[op] = error
     return target._autograd[op]
 
 
@@ -391,7 +399,7 @@ def _serve(conn, fault_path, threads, gpu, filters):
             target = _target(targets, spec, gpu)
             ok = target.supports_autograd(op)
             broken = target.device == "cuda" and bool(_cuda_broken())  # the probe's launch broke the context
-            conn.send((ok, broken))
+            conn.send((ok, broken, target.autograd_errors.get(op)))
             if broken:
                 os._exit(0)
             continue

@@ -142,6 +142,9 @@ def test_autograd_probe_in_worker():
     target = Target("softmax_properties.properties.faulty.misbehaves")
     assert isolation.supports_autograd(target, "softmax") is True
     assert target._autograd == {"softmax": True}
+    # what the probe raised in the worker comes back with its answer (for the skip reason)
+    assert isolation.supports_autograd(target, "log_softmax") is False  # the module offers no log_softmax
+    assert target.autograd_errors["log_softmax"].startswith("TypeError"), target.autograd_errors
 
 
 # ---- end to end -------------------------------------------------------------------------------
