@@ -35,7 +35,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from . import isolation, strategies as S, targets
+from . import interpreter, isolation, strategies as S, targets
 
 _COMMON = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
@@ -226,7 +226,6 @@ def pytest_configure(config):
     settings.register_profile("ci", CI_PROFILE)  # takes effect at once where "ci" is already the active profile
     if not config.getoption("hypothesis_profile", None):
         settings.load_profile("gpu" if torch.cuda.is_available() else "ci")
-    from . import interpreter
     if interpreter.interpreting():  # compiled Triton's autotune, 16-bit rounding and float32 scalar arguments
         interpreter.install()
     prof = _profile_name(config)
@@ -255,7 +254,6 @@ def _place_worker(wi: dict) -> None:
     n = max(1, int(wi.get("workercount", 1)))
     isolation.THREADS = max(1, (os.cpu_count() or 1) // n)
     torch.set_num_threads(isolation.THREADS)
-    from . import interpreter
     if interpreter.device() == "cuda":
         k = int(str(wi.get("workerid", "gw0")).lstrip("gw") or 0)
         isolation.GPU_INDEX = k % torch.cuda.device_count()
@@ -289,7 +287,6 @@ def pytest_collection_modifyitems(config, items):
     # expected failures: runs before -k/-m deselection, so "matches no test" means no test at all;
     # under xdist every worker collects everything, so one of them warns
     worker = getattr(config, "workerinput", {}).get("workerid", "gw0")
-    from . import interpreter
     expected.apply(expected.load(config), items, warn=worker == "gw0", device=interpreter.device())
 
 
@@ -324,7 +321,6 @@ def pytest_report_header(config):
 
 
 def _interpreter_header() -> list:
-    from . import interpreter
     if not interpreter.interpreting():
         return []
     return ["interpreter patches: " + " ".join(f"{k}={v}" for k, v in interpreter.patches().items())]
@@ -334,7 +330,6 @@ def _interpreter_header() -> list:
 def target(pytestconfig):
     from .ops import Target
     t = Target(pytestconfig.getoption("target"))
-    from . import interpreter
     t.device = interpreter.device()
     b = getattr(t.module, "block_boundaries", None)
     if callable(b):
