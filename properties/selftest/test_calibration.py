@@ -71,3 +71,25 @@ def test_mean_whose_row_losses_sum_past_float32():
             assert (mask is None) == judged, (dtype, rows, mask)
             if not judged:
                 assert not bool(mask.any())
+
+
+def test_bfloat16_smoothed_loss_from_rounded_log_probabilities():
+    """torch, CUDA, bfloat16, label_smoothing 0.1, reduction 'none' (F.cross_entropy composes
+    log_softmax in bfloat16, the NLL and the smoothing sum, each rounded to bfloat16):
+    * eager, logits [0.3457, 0.8203], target 0: 0.9296875 where the exact loss is 0.9346178;
+    * torch.compile, logits [-0.4121, -2.4375] (a row of a stride-0 batch), target 0: 0.2246094
+      where the exact loss is 0.2252045.
+    Both are within the default tier's allowance for rounded log-probabilities
+    (truth._rounded_log_probs: 1.6 and 2.0 ulps with the output's rounding, against errors of
+    1.26 and 0.61 ulps) and outside the strict tier's bound; a loss two bfloat16 ulps further off
+    is still a failure."""
+    for row, got in (((0.345703125, 0.8203125), 0.9296875), ((-0.412109375, -2.4375), 0.224609375)):
+        case = _ce("cross_entropy", "bfloat16", 1, 2, ("const", row[0]), ((-1, 1, 2, row[1]),), batch=(),
+                   reduction="none", eps=0.1)
+        args = case.tensors("cpu")
+        ref, tol = truth.ce_truth(case, args)
+        assert abs(got - float(ref)) <= float(tol), (row, float(ref), float(tol))
+        _, tol_strict = truth.ce_truth(case, args, depth=T.depth, strict=True)
+        assert abs(got - float(ref)) > float(tol_strict)
+        two_ulps = 2 * float(T.ulp(ref.reshape(1), torch.bfloat16)[0])
+        assert abs(got - two_ulps - float(ref)) > float(tol), (row, got - two_ulps, float(ref), float(tol))
