@@ -24,8 +24,9 @@ class Invariant:
     needs: target capabilities ("dim": the function takes ``dim=``, "autograd": its output is
     differentiable, "op:NAME": a partner op the law calls); families: restrict the first input's
     logit family (or name a marker family of strategies: MANY_ROWS, MASKED_CHUNKS), None for all;
-    max_cols: a cap on row length (for checks that cost O(D) evaluations per column); tier:
-    "default" or "strict" (docs/tiers.md)."""
+    max_cols: a cap on row length (for checks that cost O(D) evaluations per column);
+    max_examples: a cap on the profile's examples per test (for laws whose every example costs
+    seconds whatever the shape); tier: "default" or "strict" (docs/tiers.md)."""
 
     name: str
     check: Callable
@@ -34,6 +35,7 @@ class Invariant:
     families: tuple = None
     max_cols: int = None
     tier: str = "default"
+    max_examples: int = None
 
     @property
     def ops(self) -> tuple:
@@ -66,7 +68,8 @@ def _named(name: str, tier: str, check: Callable, like: Callable) -> Callable:
     return named
 
 
-def invariant(applies: Callable, *, needs=(), families=None, max_cols=None, tier="default", strict=None):
+def invariant(applies: Callable, *, needs=(), families=None, max_cols=None, tier="default", strict=None,
+              max_examples=None):
     """Register fn as a law of the given tier for every op whose spec `applies` accepts. ``needs``:
     target capabilities ("dim", "autograd", or "op:NAME", a partner op the law calls). ``strict``:
     the name of fn's strict-tier twin, registered too: the same law called with ``strict=True``
@@ -85,7 +88,7 @@ def invariant(applies: Callable, *, needs=(), families=None, max_cols=None, tier
             if any(inv.name == name for inv in REGISTRY):
                 raise ValueError(f"invariant {name!r} is registered twice")
             check = _named(name, t, check, fn)
-            REGISTRY.append(Invariant(name, check, applies, tuple(needs), families, max_cols, t))
+            REGISTRY.append(Invariant(name, check, applies, tuple(needs), families, max_cols, t, max_examples))
             return check
         default = add(fn.__name__, fn, tier)
         if strict:

@@ -274,7 +274,10 @@ def ce_confident_bf16_rows_keep_gradient(case, target):
                  "target-column gradient of a confident bfloat16 row lost (softmax rounded before the one-hot?)")
 
 
-@invariant(cross_entropy, families=(OUT_OF_RANGE,), strict="ce_out_of_range_target_named")
+# at most 30 examples (the ci profile's number): torch on CUDA answers each one with a device-side
+# assert, and the isolated worker restarts with a fresh CUDA context, about a second per example
+# (100 examples took 85-152 s on an H200); the out-of-range values are few (negative, V, huge)
+@invariant(cross_entropy, families=(OUT_OF_RANGE,), strict="ce_out_of_range_target_named", max_examples=30)
 def ce_out_of_range_target_raises(case, target, strict=False):
     """A target outside [0, V) that is not ignore_index raises instead of returning a result
     (inputs: strategies.ce_targets(invalid=True)). default: any exception (torch on CUDA raises a
