@@ -868,6 +868,17 @@ def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False, 
         reduction = draw(st.one_of(st.just("mean"), st.just(reduction)), label="reduction")
         inp = Input(draw(many_row_logits(n, cols, dtype), label="logits"), (n,), draw(_flat_layouts(), label="layout"))
         targets = draw(ce_target_pattern(n, cols, ignore_index), label="target")
+        # a third of the time, with one target class for every row, every row confident about it
+        # (the target logit c + gap, the others c): row losses about (V - 1) e^-gap, from 2e-2 down
+        # to 1e-7, so the rows' shares of a mean (loss / N) are float16 subnormals over a few
+        # hundred rows and flush to 0 over thousands, where a reduction through the 16-bit dtype
+        # loses them (a mean formed from 16-bit partials)
+        gap = draw(st.sampled_from([0, 0, 0, 4, 8, 12, 16]), label="confident_gap")
+        t0 = targets.values[0]
+        if gap and len(targets.values) == 1 and 0 <= t0 < cols:
+            c = draw(st.integers(-8, 8), label="base")
+            inp = Input(Logits(n, cols, dtype_name(dtype), ("const", float(c)), ((-1, t0, t0 + 1, float(c + gap)),),
+                               family="confident_rows"), inp.batch, inp.layout)
         dl = draw(dlosses(reduction), label="dloss") if op_name == "cross_entropy_backward" else None
         return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl)
     families = families or FAMILIES
