@@ -17,11 +17,8 @@ element size; benchmarks/cases_merge.py counts these), plus 4 S + 4 bytes of lse
 a copy's worth of traffic. A program holds a [BLOCK_R, BLOCK_D] tile of output rows. It reads its
 rows' S lse values twice (their max, then the sum D) and once more per block of BLOCK_D columns,
 where they come from the cache (S lse per row against S * Dv values of o), then streams the S
-value tiles of each column block two states at a time, accumulating the weighted sum in registers
-(no rescaling: the weights are final once M and D are known), and writes o and lse once. The
-value loads run one step ahead of the arithmetic, and the first pair is loaded before the lse
-loops: a program's round trips to memory are then about S / 2 rather than S / 2 + 1 with the
-states loaded after the weights (S = 2: one rather than two).
+value tiles of each column block, accumulating the weighted sum in registers (no rescaling: the
+weights are final once M and D are known), and writes o and lse once.
 """
 from __future__ import annotations
 
@@ -59,34 +56,8 @@ def _merge_states_kernel(
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < n_rows
     lrow = LSE + _row_off(rows, n1, sl0, sl1, TWO_AXES)
-    orow = (O + _row_off(rows, n1, so0, so1, TWO_AXES))[:, None]
-    dst = (OUT + _row_off(rows, n1, sout0, sout1, TWO_AXES))[:, None]
-    lanes = tl.arange(0, BLOCK_D)[None, :]
-    # The values stream as one loop of steps t = (column block c, pair of states p): step t
-    # multiplies the tiles that step t - 1 loaded and loads step t + 1's, so a pair of tiles is
-    # always in flight; step 0's are loaded before the lse loops, whose round trip to memory they
-    # overlap. State offsets are 64-bit (s * sos overflows 32 bits where the states axis is
-    # outermost in memory). An empty state's values are read too (a load masked by its lse would
-    # wait for the lse) and dropped by the select in _weighted, so NaN there never reaches the
-    # sum. The vector hints are made at each load: a pointer moved by a run-time offset carries no
-    # alignment.
-    n_pairs = (n_states + 1) // 2
-    n_steps = tl.cdiv(n_cols, BLOCK_D) * n_pairs
-    # the second state of a pair may lie past the last state: its tile is masked off by a column
-    # bound of 0 (a scalar condition folded into a tensor: the interpreter cannot combine a mask
-    # with a Python bool)
-    mask = rmask[:, None] & (lanes < n_cols)
-    maskb = rmask[:, None] & (lanes < tl.where(n_states > 1, n_cols, 0))
-    if VEC:
-        mask = tl.max_constancy(mask, [1, 16])
-        maskb = tl.max_constancy(maskb, [1, 16])
-    pa = orow + lanes
-    pb = orow + (lanes + sos)
-    if VEC:
-        pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
-        pb = tl.max_contiguous(tl.multiple_of(pb, [1, 16]), [1, 16])
-    xa = tl.load(pa, mask=mask, other=0.0)
-    xb = tl.load(pb, mask=maskb, other=0.0)
+    # every state is reached by stepping a pointer (64-bit) rather than by s * stride, which
+    # overflows 32 bits where the states axis is outermost in memory.
     # M: the largest lse that is not NaN (a NaN lse is flagged instead); -inf when all are empty
     m = tl.full([BLOCK_R], float("-inf"), CT)
     has_nan = tl.zeros([BLOCK_R], tl.int32)
@@ -112,44 +83,49 @@ def _merge_states_kernel(
     tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
     inv = 1.0 / den1
     poison = nan_in | (m == float("inf"))
-    acc = tl.zeros([BLOCK_R, BLOCK_D], CT)
-    for t in range(0, n_steps):
-        # step t + 1's tiles (past the last step: masked off, no traffic)
-        c1 = (t + 1) // n_pairs
-        s1 = 2 * ((t + 1) - c1 * n_pairs)
-        cols1 = c1 * BLOCK_D + lanes
-        mask1 = rmask[:, None] & (cols1 < n_cols)
-        maskb1 = rmask[:, None] & (cols1 < tl.where(s1 + 1 < n_states, n_cols, 0))
+    orow = _row_off(rows, n1, so0, so1, TWO_AXES)[:, None]
+    dst = (OUT + _row_off(rows, n1, sout0, sout1, TWO_AXES))[:, None]
+    for start in range(0, n_cols, BLOCK_D):
+        cols = (start + tl.arange(0, BLOCK_D))[None, :]
+        mask = rmask[:, None] & (cols < n_cols)
         if VEC:
-            mask1 = tl.max_constancy(mask1, [1, 16])
-            maskb1 = tl.max_constancy(maskb1, [1, 16])
-        off1 = s1.to(tl.int64) * sos
-        pa = orow + (cols1 + off1)
-        pb = orow + (cols1 + (off1 + sos))
-        if VEC:
-            pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
-            pb = tl.max_contiguous(tl.multiple_of(pb, [1, 16]), [1, 16])
-        xa1 = tl.load(pa, mask=mask1, other=0.0)
-        xb1 = tl.load(pb, mask=maskb1, other=0.0)
-        # step t: states s0 and s0 + 1 of column block c0 (s0 + 1 past the last state: lse -inf, dropped)
-        c0 = t // n_pairs
-        s0 = 2 * (t - c0 * n_pairs)
-        l0 = lrow + s0.to(tl.int64) * sls
-        la = tl.load(l0, mask=rmask, other=float("-inf")).to(CT)
-        lb = tl.load(l0 + sls, mask=rmask & (rows < tl.where(s0 + 1 < n_states, n_rows, 0)), other=float("-inf")).to(CT)
-        acc += _weighted(la, xa, fin, ms, inv, F64) + _weighted(lb, xb, fin, ms, inv, F64)
-        if s0 + 2 >= n_states:  # the column block's last pair: write it
-            cols0 = c0 * BLOCK_D + lanes
-            mask0 = rmask[:, None] & (cols0 < n_cols)
-            out = dst + cols0
+            mask = tl.max_constancy(mask, [1, 16])
+        acc = tl.zeros([BLOCK_R, BLOCK_D], CT)
+        lp = lrow
+        ooff = orow + cols  # element offsets of state 0's tile; state s adds s * sos, stepped in 64 bits
+        step = tl.zeros([], tl.int64)
+        # two states per iteration, both tiles loaded before either is used (as attention_merge
+        # reads its two states): twice the loads in flight per warp of a one-state loop. An empty
+        # state's values are read too (a load masked by its lse would wait for the lse) and then
+        # dropped by the select in _weighted, so NaN there never reaches the sum. The vector hints
+        # are made at each load: the stepped pointer itself carries no alignment
+        for _ in range(0, n_states // 2):
+            la = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+            lb = tl.load(lp + sls, mask=rmask, other=float("-inf")).to(CT)
+            pa = O + (ooff + step)
+            pb = O + (ooff + (step + sos))
             if VEC:
-                mask0 = tl.max_constancy(mask0, [1, 16])
-                out = tl.max_contiguous(tl.multiple_of(out, [1, 16]), [1, 16])
-            v = tl.where(poison[:, None], float("nan"), acc)  # all empty: acc stayed 0
-            tl.store(out, to_out(v, OUT.dtype.element_ty), mask=mask0)
-            acc = tl.zeros([BLOCK_R, BLOCK_D], CT)
-        xa = xa1
-        xb = xb1
+                pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
+                pb = tl.max_contiguous(tl.multiple_of(pb, [1, 16]), [1, 16])
+            xa = tl.load(pa, mask=mask, other=0.0)
+            xb = tl.load(pb, mask=mask, other=0.0)
+            acc += _weighted(la, xa, fin, ms, inv, F64) + _weighted(lb, xb, fin, ms, inv, F64)
+            lp += sls
+            lp += sls
+            step += sos
+            step += sos
+        if n_states % 2:
+            la = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+            pa = O + (ooff + step)
+            if VEC:
+                pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
+            xa = tl.load(pa, mask=mask, other=0.0)
+            acc += _weighted(la, xa, fin, ms, inv, F64)
+        v = tl.where(poison[:, None], float("nan"), acc)  # all empty: acc stayed 0
+        out = dst + cols
+        if VEC:
+            out = tl.max_contiguous(tl.multiple_of(out, [1, 16]), [1, 16])
+        tl.store(out, to_out(v, OUT.dtype.element_ty), mask=mask)
 
 
 JIT_KERNELS = L.register_jit(_merge_states_kernel)
