@@ -133,13 +133,14 @@ FLOAT32_TOO = {float32_too}
 @pytest.mark.parametrize("float32_too", [False, True])
 def test_xfails_when_clause_end_to_end(tmp_path, float32_too):
     """An entry naming the float16 examples of matches_oracle: a target wrong only on float16 ends
-    xfailed (its float16 failures passed over, its other examples judged); wrong on float32 too,
-    the test fails, on a float32 example."""
+    xfailed (its float16 failures passed over, its other examples judged; the progress log says
+    XFAIL); wrong on float32 too, the test fails, on a float32 example."""
     _write(tmp_path / "fp16_lse.py", FP16_BUG_TARGET.format(float32_too=float32_too))
     xf = _write(tmp_path / "xf.txt", "test_property[matches_oracle-logsumexp] when dtype=float16  # a float16 bug\n")
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     out = subprocess.run([sys.executable, "-m", "pytest", "-m", "properties", "-q", "-p", "no:randomly", "-rxX",
                           "--target", "fp16_lse", "--xfails", xf, "--properties-failures", "",
+                          "--properties-log", str(tmp_path / "progress.log"),
                           "--hypothesis-profile=ci", "-k", "matches_oracle-logsumexp and not strict",
                           "properties/test_properties.py"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -148,6 +149,7 @@ def test_xfails_when_clause_end_to_end(tmp_path, float32_too):
         assert out.returncode == 1 and "1 failed" in text and "dtype=float32" in text, text
     else:
         assert out.returncode == 0 and "1 xfailed" in text and "of its inputs: a float16 bug" in text, text
+        assert (tmp_path / "progress.log").read_text().startswith("XFAIL    call"), "the progress log names the outcome"
 
 
 BROKEN_TARGET = '''
