@@ -88,6 +88,11 @@ MUTANTS = {  # module in properties/mutants -> the op it breaks
     "merge_states_garbage_arithmetic": "merge_states",  # empty states' values times 0
 }
 
+# mutants whose counterexamples need hundreds of rows (float16-subnormal shares of a mean): the
+# pair search reports its first catch unshrunk (shrinking re-runs thousand-row cases in the
+# interpreter, minutes on two cores, and cannot go below the rows the bug needs)
+UNSHRUNK = {"ce_mean_16bit_partials"}
+
 MAX_ELEMENTS = {"no_max_subtraction": 4, "sum_g_backward": 4, "merge_lse_arithmetic": 4, "merge_lse_max": 4,
                 "ce_mean_counts_ignored": 4, "ce_none_backward_ignores_dloss": 4}
 
@@ -314,7 +319,8 @@ def test_invariant_catches_mutant(name, inv_name, target):
             return
     limits = LIMITS[PAIR_LIMITS_FOR[name]] if name in PAIR_LIMITS_FOR else PAIR_LIMITS
     try:
-        inv, case = search(module, MUTANTS[name], target.device, PAIR_EXAMPLES, only=inv_name, limits=limits)
+        inv, case = search(module, MUTANTS[name], target.device, PAIR_EXAMPLES, only=inv_name, limits=limits,
+                           shrink=name not in UNSHRUNK)
     except errors.NoSuchExample:
         pytest.fail(f"{inv_name} did not catch {name} in {PAIR_EXAMPLES} cases, though {name}.CAUGHT_BY declares it"
                     f"{crashes_told()}")
