@@ -143,7 +143,7 @@ def apply(entries: list, items: list, warn: bool = True, device: str = None) -> 
                 used.add(e)
                 if e.device is not None and device is not None and e.device != device:
                     continue
-                if e.when:  # judged per example, by the test (for_examples)
+                if e.when:  # judged per example, by the test (ExpectedExamples)
                     CONDITIONAL.setdefault(item.nodeid, []).append(e)
                     continue
                 if item.nodeid not in marked:

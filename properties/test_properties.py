@@ -18,9 +18,8 @@ class _TagsCase:
     given), runs in the isolation worker (when isolated; properties/isolation.py) and tags an
     exception with its case (what properties/replay.py saves), or passes over the failure of an
     example that an xfails entry's when clause names (counted, for the test's xfail; known). A
-    wrapper, not code in `check`:
-    under derandomize, Hypothesis seeds from the source of `check`, so editing it would change
-    every example the ci profile draws."""
+    wrapper, not code in `check`: under derandomize, Hypothesis seeds from the source of `check`,
+    so editing it would change every example the ci profile draws."""
 
     def __init__(self, inv, isolated=False, timeout=isolation.DEFAULT_TIMEOUT, pending=None, known=None):
         self._inv, self._isolated, self._timeout, self._pending = inv, isolated, timeout, pending
