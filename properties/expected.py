@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import pytest
 
 from . import targets
+from .failures import PropertyFailure
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "xfails")
 DEVICES = {"cpu:": "cpu", "cuda:": "cuda"}  # an entry's device qualifier -> the device it holds on
@@ -207,7 +208,6 @@ class ExpectedExamples:
         self.seen = {}
 
     def passes_over(self, case, exc: BaseException) -> bool:
-        from .failures import PropertyFailure
         if not isinstance(exc, PropertyFailure):
             return False
         for e in self.entries:

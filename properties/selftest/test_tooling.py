@@ -31,6 +31,20 @@ def _write(path, text):
     return str(path)
 
 
+def _env(tmp_path) -> dict:
+    """The environment of a subprocess that imports the target modules written to tmp_path."""
+    return {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+def _suite(tmp_path, *args):
+    """`pytest -m properties` of properties/test_properties.py in the checkout, ci profile, with the
+    modules in tmp_path importable: (exit status, output)."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "-m", "properties", "-q", "-p", "no:randomly",
+                          "--hypothesis-profile=ci", *args, "properties/test_properties.py"],
+                         cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    return out.returncode, out.stdout + out.stderr
+
+
 def test_xfails_parse_and_match(tmp_path):
     p = _write(tmp_path / "x.txt", """\
         # a comment line
@@ -101,6 +115,7 @@ def test_xfails_when_clause_parse_and_hold(tmp_path):
                                                      "  # a float16 bug\n"))
     assert e.pattern == "test_property[a-*]" and e.when == (("dtype", "=", "float16"), ("label_smoothing", ">", 0.0),
                                                              ("rows", ">=", 3.0))
+
     class C:
         op, dtype, reduction, label_smoothing, batch = "cross_entropy", torch.float16, "mean", 0.1, (3, 1)
     assert e.holds_for(C())
@@ -137,18 +152,13 @@ def test_xfails_when_clause_end_to_end(tmp_path, float32_too):
     XFAIL); wrong on float32 too, the test fails, on a float32 example."""
     _write(tmp_path / "fp16_lse.py", FP16_BUG_TARGET.format(float32_too=float32_too))
     xf = _write(tmp_path / "xf.txt", "test_property[matches_oracle-logsumexp] when dtype=float16  # a float16 bug\n")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-m", "properties", "-q", "-p", "no:randomly", "-rxX",
-                          "--target", "fp16_lse", "--xfails", xf, "--properties-failures", "",
+    status, text = _suite(tmp_path, "-rxX", "--target", "fp16_lse", "--xfails", xf, "--properties-failures", "",
                           "--properties-log", str(tmp_path / "progress.log"),
-                          "--hypothesis-profile=ci", "-k", "matches_oracle-logsumexp and not strict",
-                          "properties/test_properties.py"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    text = out.stdout + out.stderr
+                          "-k", "matches_oracle-logsumexp and not strict")
     if float32_too:
-        assert out.returncode == 1 and "1 failed" in text and "dtype=float32" in text, text
+        assert status == 1 and "1 failed" in text and "dtype=float32" in text, text
     else:
-        assert out.returncode == 0 and "1 xfailed" in text and "of its inputs: a float16 bug" in text, text
+        assert status == 0 and "1 xfailed" in text and "of its inputs: a float16 bug" in text, text
         assert (tmp_path / "progress.log").read_text().startswith("XFAIL    call"), "the progress log names the outcome"
 
 
@@ -167,14 +177,10 @@ def test_xfails_and_replay_end_to_end(tmp_path, monkeypatch):
     _write(tmp_path / "broken_lse.py", BROKEN_TARGET)
     xf = _write(tmp_path / "xf.txt", "test_property[output_dtype_and_shape-logsumexp]  # returns float64\n"
                                      "test_property[no_such_invariant-*]  # stale entry\n")
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    out = subprocess.run([sys.executable, "-m", "pytest", "-m", "properties", "-q", "-p", "no:randomly",
-                          "--target", "broken_lse", "--xfails", xf, "--properties-failures", str(tmp_path / "fail"),
-                          "--hypothesis-profile=ci", "-k", "output_dtype_and_shape-logsumexp",
-                          "properties/test_properties.py", "-W", "default::pytest.PytestWarning"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text
+    status, text = _suite(tmp_path, "--target", "broken_lse", "--xfails", xf, "--properties-failures",
+                          str(tmp_path / "fail"), "-k", "output_dtype_and_shape-logsumexp",
+                          "-W", "default::pytest.PytestWarning")
+    assert status == 0, text
     assert "1 xfailed" in text and "returns float64" in text, text
     assert "XfailsWarning" in text and "no_such_invariant" in text, text
     saved = tmp_path / "fail" / "broken_lse.output_dtype_and_shape-logsumexp.py"
@@ -187,7 +193,7 @@ def test_xfails_and_replay_end_to_end(tmp_path, monkeypatch):
     assert replay.replay(inv, case, "kernels")[0] == "PASS"
     # the command line, in a fresh process (nothing imported beforehand registers the ops for it)
     cli = subprocess.run([sys.executable, "-m", "softmax_properties.properties.replay", str(saved), "--target", "kernels"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+                         cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert cli.returncode == 0 and cli.stdout.startswith("PASS"), cli.stdout + cli.stderr
 
 
