@@ -60,12 +60,13 @@ def test_mean_whose_row_losses_sum_past_float32():
     label_smoothing 0.1, mean: inf where the exact mean is 1.7e37, each row's loss being
     0.05 finfo.max. A float32 sum of the 63 losses overflows before the division; finite there is
     the strict tier's robustness guarantee, so the default tier leaves the output unjudged, as it
-    does a row whose own loss overflows float32. Half the rows (a sum below finfo.max / 2) stay
-    judged."""
+    does a row whose own loss overflows float32. Five rows of [0, -finfo.max / 2] (a sum below
+    finfo.max / 2) stay judged. (A row [0, -finfo.max] is unjudged on its own: its sum over the
+    classes, rounded, may pass finfo.max; test_smoothed_row_loss_whose_class_sum_passes_float32.)"""
     for dtype in ("bfloat16", "float32"):
         big = -torch.finfo(getattr(torch, dtype)).max
-        for rows, judged in ((63, False), (5, True)):
-            case = _ce("cross_entropy", dtype, rows, 2, ("const", 0.0), ((-1, 0, 1, 0.0), (-1, 1, 2, big)),
+        for rows, low, judged in ((63, big, False), (5, big / 2, True)):
+            case = _ce("cross_entropy", dtype, rows, 2, ("const", 0.0), ((-1, 0, 1, 0.0), (-1, 1, 2, low)),
                        family="repeated_rows", eps=0.1)
             mask = truth.ce_default_mask(case, case.tensors("cpu"), ())
             assert (mask is None) == judged, (dtype, rows, mask)
@@ -93,3 +94,42 @@ def test_bfloat16_smoothed_loss_from_rounded_log_probabilities():
         assert abs(got - float(ref)) > float(tol_strict)
         two_ulps = 2 * float(T.ulp(ref.reshape(1), torch.bfloat16)[0])
         assert abs(got - two_ulps - float(ref)) > float(tol), (row, got - two_ulps, float(ref), float(tol))
+
+
+def test_bfloat16_mean_gradient_scaled_in_the_dtype():
+    """torch eager (CUDA and CPU), bfloat16 logits of 15 zeros per row, target 0, mean, dloss 1:
+    nll_loss's backward forms the scale dloss / count in bfloat16, the count held in bfloat16 too.
+    * 3 rows: dx[0, 0] = -0.3125 where the exact value is -0.311111 (scale round(1/3) = 0.333984);
+    * 257 rows: -0.0036468506 where the exact value is -0.0036316472 (the count rounds to 256).
+    Both are within the default tier's allowance (truth._rounded_mean_scale) and outside the strict
+    tier's bound; two bfloat16 ulps further off is still a failure."""
+    for rows, got in ((3, -0.3125), (257, -0.0036468505859375)):
+        case = _ce("cross_entropy_backward", "bfloat16", rows, 15, ("const", 0.0), dloss=DLoss(("const", 1.0)))
+        args = case.tensors("cpu")
+        ref, tol = truth.ce_truth(case, args)
+        r, e = float(ref[0, 0]), float(tol[0, 0])
+        assert abs(got - r) <= e, (rows, r, e)
+        _, tol_strict = truth.ce_truth(case, args, depth=T.depth, strict=True)
+        assert abs(got - r) > float(tol_strict[0, 0])
+        two_ulps = 2 * float(T.ulp(ref[0, 0].reshape(1), torch.bfloat16)[0])
+        assert abs(got - two_ulps - r) > e, (rows, got - two_ulps, r, e)
+
+
+def test_smoothed_row_loss_whose_class_sum_passes_float32():
+    """torch eager and torch.compile (CUDA and CPU), float32 rows [finfo.max, 0, 0], target 0,
+    label_smoothing 0.1, reduction 'none': inf where the exact loss is 2.27e37. torch sums
+    |x_j - lse| over the classes (2 finfo.max here) before scaling by eps / V; finite there is the
+    strict tier's guarantee, so the default tier leaves that row unjudged and judges the others:
+    a row of [1e30, 0, 0] in the same tensor, and every row of a tensor without the extreme one."""
+    big = torch.finfo(torch.float32).max
+    case = _ce("cross_entropy", "float32", 2, 3, ("const", 0.0), ((0, 0, 1, big), (1, 0, 1, 1e30)),
+               family="repeated_rows", reduction="none", eps=0.1)
+    args = case.tensors("cpu")
+    assert args[0][0, 0] == big and args[0][1, 0] == 1e30, args[0]
+    mask = truth.ce_default_mask(case, args, (2,))
+    assert mask is not None and mask.tolist() == [False, True]
+    ref, _ = truth.ce_truth(case, args)
+    assert 2.2e37 < float(ref[0]) < 2.3e37
+    case = _ce("cross_entropy", "float32", 2, 3, ("const", 0.0), ((-1, 0, 1, 1e30),), family="repeated_rows",
+               reduction="none", eps=0.1)
+    assert truth.ce_default_mask(case, case.tensors("cpu"), (2,)) is None

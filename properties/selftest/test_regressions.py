@@ -127,3 +127,23 @@ def test_log_softmax_backward_oracle_sum_reads_nan():
     out = kernels.log_softmax_backward(z.to(DEV), dz.to(DEV)).cpu()
     assert bool(ref.isfinite().all()), ref[:2]
     assert bool(((out - ref).abs() <= 1e-12 * dz.abs().max()).all()), (out[:2], ref[:2])
+
+
+def test_cross_entropy_smoothed_row_class_sum_past_float32():
+    """float32 [finfo.max, 0, 0], target 0, label_smoothing 0.1, reduction 'none': the sum over
+    the classes of x_j - lse is -2 finfo.max, the exact loss 0.1 * 2 finfo.max / 3 = 2.27e37 is
+    finite (torch gives inf: the default tier accepts that, the strict tier does not)."""
+    x = torch.tensor([[F32MAX, 0.0, 0.0]], dtype=torch.float32, device=DEV)
+    out = kernels.cross_entropy(x, torch.tensor([0], device=DEV), reduction="none", label_smoothing=0.1).cpu()
+    exact = 0.1 * 2 * F32MAX / 3
+    assert abs(float(out[0]) - exact) <= 1e-6 * exact, out
+
+
+def test_cross_entropy_bfloat16_mean_gradient_scale():
+    """bfloat16 logits 3 x 15 of zeros, target 0, mean, dloss 1: dx[:, 0] = (1/15 - 1) / 3 =
+    -0.311111 rounds to -0.310546875 (torch's -0.3125 comes from the scale 1/3 rounded to
+    bfloat16 first, an allowance of the default tier only)."""
+    x = torch.zeros(3, 15, dtype=torch.bfloat16, device=DEV)
+    out = kernels.cross_entropy_backward(x, torch.zeros(3, dtype=torch.long, device=DEV),
+                                         torch.tensor(1.0, dtype=torch.bfloat16, device=DEV)).cpu()
+    assert bool((out[:, 0].float() == -0.310546875).all()), out[:, 0]
