@@ -14,11 +14,18 @@ lse = +inf. Arithmetic in float32 (float64 for float64 o), the output rounded on
 
 Bytes: the kernel reads each o_s once and writes o once, S * Dv * s + Dv * s per row (s the
 element size; benchmarks/cases_merge.py counts these), plus 4 S + 4 bytes of lse (8 for float64):
-a copy's worth of traffic. A program holds a [BLOCK_R, BLOCK_D] tile of output rows. It reads its
-rows' S lse values twice (their max, then the sum D) and once more per block of BLOCK_D columns,
-where they come from the cache (S lse per row against S * Dv values of o), then streams the S
-value tiles of each column block, accumulating the weighted sum in registers (no rescaling: the
-weights are final once M and D are known), and writes o and lse once.
+a copy's worth of traffic. A program holds a [BLOCK_R, BLOCK_D] tile of output rows and streams
+the S value tiles of each column block, two states per step with both tiles loaded before either
+is used, accumulating the weighted sum in registers (no rescaling: the weights are final once M
+and D are known), and writes o and lse once. How it gets the weights:
+
+* held (``_merge_states_held_kernel``, S up to STATES_HELD / BLOCK_R states): the rows' S lse in
+  one [BLOCK_R, SB] load (SB = S rounded up to a power of two, at least 2), their max and sum as
+  reductions of that tile, and the weights w_s = exp(lse_s - M) / D kept in it (NaN marking an
+  empty state), picked out per state in the column loop. One memory round trip before the values
+  (bf16 S = 8: 0.95 of copy on an H200, where the looped form below reads 0.79).
+* looped (``_merge_states_kernel``, more states): one load per state for M, again for D, and again
+  per state and column block (from the cache), the weight recomputed from it.
 """
 from __future__ import annotations
 
@@ -128,7 +135,83 @@ def _merge_states_kernel(
         tl.store(out, to_out(v, OUT.dtype.element_ty), mask=mask)
 
 
-JIT_KERNELS = L.register_jit(_merge_states_kernel)
+@triton.jit
+def _pick(wt, sidx, s):
+    """The rows' weights of state s from the [BLOCK_R, SB] weight tile (NaN: the state is empty)."""
+    return tl.sum(tl.where(sidx[None, :] == s, wt, 0.0), axis=1)
+
+
+@triton.jit
+def _held_weighted(w, x, F64: tl.constexpr):
+    """w x for one state's tile; 0 where w is NaN (an empty state: a select, so its values never
+    enter the arithmetic)."""
+    return tl.where((w == w)[:, None], w[:, None] * widen(x, F64), 0.0)
+
+
+@triton.jit(do_not_specialize=_INTS, do_not_specialize_on_alignment=_INTS + _PTRS)
+def _merge_states_held_kernel(
+    O, LSE, OUT, LO,
+    n_rows, n_states, n_cols, n1,
+    so0, so1, sos, sl0, sl1, sls, sout0, sout1, slo0, slo1,
+    F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    SB: tl.constexpr,
+):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < n_rows
+    sidx = tl.arange(0, SB)
+    # the rows' S lse in one load (states past S read as empty)
+    lrow = LSE + _row_off(rows, n1, sl0, sl1, TWO_AXES)
+    lt = tl.load(lrow[:, None] + sidx.to(tl.int64)[None, :] * sls, mask=rmask[:, None] & (sidx[None, :] < n_states),
+                 other=float("-inf")).to(CT)
+    isnan = lt != lt
+    nan_in = tl.max(isnan.to(tl.int32), axis=1) > 0
+    m = tl.max(tl.where(isnan, float("-inf"), lt), axis=1)  # -inf when all are empty
+    fin = (m > float("-inf")) & (m < float("inf"))
+    ms = tl.where(fin, m, 0.0)
+    live = fin[:, None] & (lt > float("-inf"))  # NaN compares False
+    e = tl.where(live, tl.exp(tl.where(live, lt, 0.0) - ms[:, None]), 0.0)
+    den1 = tl.where(fin, tl.sum(e, axis=1), 1.0)  # D >= 1 where M is finite: the state holding M adds exp(0)
+    lse = tl.where(fin, ms + tl.log(den1), m)
+    lse = tl.where(nan_in, float("nan"), lse)
+    tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
+    wt = tl.where(live, e * (1.0 / den1)[:, None], float("nan"))
+    poison = nan_in | (m == float("inf"))
+    orow = _row_off(rows, n1, so0, so1, TWO_AXES)[:, None]
+    dst = (OUT + _row_off(rows, n1, sout0, sout1, TWO_AXES))[:, None]
+    for start in range(0, n_cols, BLOCK_D):
+        cols = (start + tl.arange(0, BLOCK_D))[None, :]
+        mask = rmask[:, None] & (cols < n_cols)
+        if VEC:
+            mask = tl.max_constancy(mask, [1, 16])
+        acc = tl.zeros([BLOCK_R, BLOCK_D], CT)
+        ooff = orow + cols  # element offsets of state 0's tile; state s adds s * sos, stepped in 64 bits
+        step = tl.zeros([], tl.int64)
+        for k in range(0, n_states // 2):  # two states per step, both tiles loaded before either is used
+            pa = O + (ooff + step)
+            pb = O + (ooff + (step + sos))
+            if VEC:
+                pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
+                pb = tl.max_contiguous(tl.multiple_of(pb, [1, 16]), [1, 16])
+            xa = tl.load(pa, mask=mask, other=0.0)
+            xb = tl.load(pb, mask=mask, other=0.0)
+            acc += _held_weighted(_pick(wt, sidx, 2 * k), xa, F64) + _held_weighted(_pick(wt, sidx, 2 * k + 1), xb, F64)
+            step += sos
+            step += sos
+        if n_states % 2:
+            pa = O + (ooff + step)
+            if VEC:
+                pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
+            xa = tl.load(pa, mask=mask, other=0.0)
+            acc += _held_weighted(_pick(wt, sidx, n_states - 1), xa, F64)
+        v = tl.where(poison[:, None], float("nan"), acc)  # all empty: acc stayed 0
+        out = dst + cols
+        if VEC:
+            out = tl.max_contiguous(tl.multiple_of(out, [1, 16]), [1, 16])
+        tl.store(out, to_out(v, OUT.dtype.element_ty), mask=mask)
+
+
+JIT_KERNELS = L.register_jit(_merge_states_kernel, _merge_states_held_kernel)
 
 
 def _check(o, lse):
@@ -199,13 +282,21 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
         return out, lse_out
     br, bd, warps = _tile(n_cols)
     two = n1 < n_rows
-    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=two)
+    # the weights held in registers: a [BLOCK_R, SB] tile of at most STATES_HELD elements. SB is at
+    # least 2: with one state Triton 3.6 fails to compile the float64 kernel of 32 or 64 rows and
+    # two batch axes (TritonGPURemoveLayoutConversions on the [BLOCK_R, 1] tile)
+    sb = max(2, triton.next_power_of_2(n_states))
+    most = T.STATES_HELD_INTERPRETER if L.interpreting() else T.STATES_HELD
+    held = br * sb <= int(L.knob("MERGE_KERNELS_STATES_HELD", most))
+    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=two, SB=sb if held else 0)
     so, sl, sout, slo = pairs
     # 16-byte vectors: every row of every state (and of the output) starts 16-byte aligned and Dv
     # is a multiple of 16
     vec = (L.vec_ok(n_cols, (o2, *so), (out, *sout)) and (o2.stride(-2) * o2.element_size()) % 16 == 0)
-    _merge_states_kernel[(triton.cdiv(n_rows, br),)](
-        o2, l2, out, lse_out, n_rows, n_states, n_cols, n1,
-        *so, o2.stride(-2), *sl, l2.stride(-1), *sout, *slo,
-        F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, num_warps=warps)
+    args = (o2, l2, out, lse_out, n_rows, n_states, n_cols, n1, *so, o2.stride(-2), *sl, l2.stride(-1), *sout, *slo)
+    common = dict(F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, num_warps=warps)
+    if held:
+        _merge_states_held_kernel[(triton.cdiv(n_rows, br),)](*args, SB=sb, **common)
+    else:
+        _merge_states_kernel[(triton.cdiv(n_rows, br),)](*args, **common)
     return out, lse_out

@@ -74,8 +74,10 @@ SOFTMAX_MERGE16_TILE = 4096  # softmax_merge, 16-bit (bf16 D = 128 0.94-0.97 aga
 SOFTMAX_MERGE16_PER_WARP = 1024  # ... one warp per 1024 elements
 SOFTMAX_MERGE32_TILE = 2048  # softmax_merge, 32/64-bit (float32 D = 128 0.97-0.98 against 0.89-0.95)
 SOFTMAX_MERGE32_PER_WARP = 512  # ... one warp per 512 elements
-STATES_TILE = 1024  # merge_states: attention_merge's tile (bf16 S = 8 0.79-0.80; [S, rows, cols] tiles and unrolled state loops read lower)
+STATES_TILE = 1024  # merge_states: attention_merge's tile ([S, rows, cols] tiles and unrolled state loops read lower)
 STATES_PER_WARP = 256  # ... one warp per 256 elements
+STATES_HELD = 1024  # ... weights held for up to this many (row, state) pairs, 8 per thread (bf16 S = 8: 0.95 against 0.79 looped)
+STATES_HELD_INTERPRETER = 128  # under the interpreter: CPU runs reach the looped kernel (short rows of 3 states or more)
 
 # ----------------------------------------------------------------------------------------------
 # cross-entropy (kernels/_cross_entropy.py: max_tile, CEConfig)
@@ -110,6 +112,7 @@ OVERRIDES = {
     "MERGE_KERNELS_PER_WARP": "elements per warp of attention_merge and softmax_merge",
     "MERGE_KERNELS_STATES_TILE": "elements per program of merge_states",
     "MERGE_KERNELS_STATES_PER_WARP": "elements per warp of merge_states",
+    "MERGE_KERNELS_STATES_HELD": "merge_states: the most (row, state) weights a program holds (0: always the looped kernel)",
     "CE_KERNELS_MAX_TILE": "cross-entropy columns per iteration (a power of two >= 16)",
     "CE_KERNELS_NUM_WARPS": "cross-entropy warps per program",
 }

@@ -655,7 +655,9 @@ def states_cases(draw, families=None, max_cols=None, many_rows=False):
     MergeCase (scores of the families or q k^T, 0 to max_cols keys, masked and empty chunks, values
     v with dv in {1, 2, 3, 8, 16, 64}) with:
 
-    * S = 1 to 6 states (the chunks), stacked in a drawn order (the case's tree: a left chain);
+    * S = 1 to 6 states (the chunks), about one case in eight 7 to 24 (split-KV decoding's many
+      splits; a kernel may hold a few states' weights and loop over more), stacked in a drawn
+      order (the case's tree: a left chain);
     * finite garbage only (FINITE_GARBAGE) in empty states' values;
     * o laid out by layouts() or "states_outer"; lse by STATES_LSE_LAYOUTS;
     * about one case in four an lse_shift (lse_shifts), cut down where the scores are so large that
@@ -668,7 +670,7 @@ def states_cases(draw, families=None, max_cols=None, many_rows=False):
         cap = max_cols if max_cols is not None else max(64, LIMITS.max_cols // 4)
         n = draw(rarely(st.just(0), st.one_of(st.sampled_from(special_lengths((), cap)), st.integers(1, cap)), 16),
                  label="n_keys")
-    k = draw(st.integers(1, 4 if many_rows else 6), label="n_states")
+    k = draw(st.integers(1, 4) if many_rows else rarely(st.integers(7, 24), st.integers(1, 6), 8), label="n_states")
     cuts = tuple(sorted(draw(st.lists(st.integers(0, n), min_size=k - 1, max_size=k - 1), label="cuts")))
     dv = draw(st.sampled_from([1, 2, 3, 8] if many_rows else [1, 2, 3, 8, 16, 64]), label="dv")
     per_row = (max(n, 1) + k) * max(dv, 1)
