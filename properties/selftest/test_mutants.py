@@ -1,20 +1,20 @@
-"""The suite must catch each deliberately broken kernel in properties/mutants/. For the two classic
-softmax bugs (no max subtraction; sum(g) for sum(y * g)) the counterexample must shrink to at most
-4 elements per input; the two classic merge bugs and the two classic cross-entropy bugs must shrink
-to at most 4 elements per tensor too, and print the failure report of their shrunk
-counterexample. The others are searched without shrinking (shrinking is most of a
-search's time) and report the size of the first case found: catching is what is required.
+"""The suite must catch each deliberately broken kernel in properties/mutants/.
 
 Every invariant must catch at least one mutant on its own: each mutant module declares
 ``CAUGHT_BY``, the invariants meant to catch it; the union over the zoo must be the whole registry
 (so an invariant added without a mutant that it catches fails here), and each declared
 (mutant, invariant) pair is checked by a search over that invariant's cases alone, shrunk on
-small shapes (the report prints the counterexample and its size)."""
+small shapes (the report prints the counterexample and its size).
+
+The classic mutants (no max subtraction; sum(g) for sum(y * g); the two classic merge bugs and the
+two classic cross-entropy bugs) are also searched as a user's run meets them, over all of their
+op's laws at once, and must shrink to at most 4 elements per tensor, printing the failure report
+of their shrunk counterexample. A control runs that search against the project's kernels and must
+find nothing."""
 from __future__ import annotations
 
 import contextlib
 import importlib
-import math
 import pkgutil
 import traceback
 
@@ -124,7 +124,7 @@ def search(module: str, op: str, device: str, max_examples: int, only: str = Non
 # laws that draw shapes of their own (thousands of rows, rows past 2**11 with whole -inf chunks):
 # a case costs seconds under the interpreter, and a catch by them shrinks no further than those
 # shapes, so the search over all of a mutant's laws leaves them out; they are searched alone for
-# the mutants that declare them (CAUGHT_BY, shape_law_mutant)
+# the mutants that declare them (CAUGHT_BY, test_invariant_catches_mutant)
 SHAPE_FAMILIES = {S.MANY_ROWS, S.MASKED_CHUNKS}
 
 
@@ -179,20 +179,6 @@ def _search(module: str, op: str, device: str, max_examples: int, only=None, shr
                                                   deadline=None, suppress_health_check=list(HealthCheck)))
 
 
-def search_declared(name: str, device: str):
-    """The first catch among the invariants the mutant declares (CAUGHT_BY), each searched alone
-    on the shapes test_invariant_catches_mutant uses, unshrunk."""
-    from ..plugin import LIMITS
-    limits = LIMITS[PAIR_LIMITS_FOR[name]] if name in PAIR_LIMITS_FOR else PAIR_LIMITS
-    for inv_name in caught_by(name):
-        try:
-            return search(f"{mutants.__name__}.{name}", MUTANTS[name], device, PAIR_EXAMPLES, only=inv_name,
-                          shrink=False, limits=limits)
-        except errors.NoSuchExample:
-            continue
-    raise errors.NoSuchExample(f"none of {name}.CAUGHT_BY catches it in {PAIR_EXAMPLES} cases each{crashes_told()}")
-
-
 def report(inv, case, module: str, device: str, attempts: int = 5) -> str:
     """The suite's failure report (with its reproducer) for the shrunk counterexample. A race
     (atomic_order_split_dot on the GPU, where the scheduler orders the adds) shows only on some
@@ -214,38 +200,26 @@ def report(inv, case, module: str, device: str, attempts: int = 5) -> str:
 _FOUND = {}  # mutant -> (invariant, case) of its test_suite_catches_mutant, reused by the pair test below
 
 
-def shape_law_mutant(name: str) -> bool:
-    """True when every law the mutant declares draws shapes of its own (SHAPE_FAMILIES): the
-    search over its op's laws leaves those out, so its catch is searched among them alone."""
-    laws = {inv.name: inv for inv in REGISTRY}
-    return all(SHAPE_FAMILIES & set(laws[n].families or ()) for n in caught_by(name) if n in laws)
-
-
-def strict_law_mutant(name: str) -> bool:
-    """True when every law the mutant declares is of the strict tier: such a mutant is built to pass
-    every default law (a legitimate implementation choice that a strict guarantee rejects), so the
-    search over all of its op's laws would spend most of its cases on laws that cannot catch it;
-    its catch is searched among its declared laws."""
-    laws = {inv.name: inv for inv in REGISTRY}
-    return all(laws[n].tier == "strict" for n in caught_by(name) if n in laws)
-
-
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+@pytest.mark.parametrize("name", sorted(MAX_ELEMENTS))
 def test_suite_catches_mutant(name, target):
-    """The suite (every invariant it runs on the mutant's op) catches the mutant. Only the mutants
-    with a size limit are shrunk; the others report the first case found (on ci shapes). A mutant
-    that only the laws of SHAPE_FAMILIES catch (thousands of rows, whole -inf chunks past 2**11) is
-    searched with its declared laws (a catch by one law of the suite is a catch by the suite)."""
+    """The suite (every invariant it runs on the mutant's op, searched together, as a user's run
+    does) catches the classic mutants and shrinks each catch to at most MAX_ELEMENTS elements per
+    tensor; the failure report of the shrunk case is printed. Every other mutant is shown caught by
+    each invariant it declares, searched alone (test_invariant_catches_mutant): a catch by one law
+    of the suite is a catch by the suite, and a search over all of an op's laws would spend most of
+    its cases on laws that cannot catch that mutant."""
     module = f"{mutants.__name__}.{name}"
-    if shape_law_mutant(name) or strict_law_mutant(name):
-        inv, case = search_declared(name, target.device)
-    else:
-        inv, case = search(module, MUTANTS[name], target.device, 1000, shrink=name in MAX_ELEMENTS)
+    inv, case = search(module, MUTANTS[name], target.device, 1000)
     _FOUND[name] = (inv, case)
     sizes = [t.numel() for t in case.tensors(target.device)]
     print(f"{name}: caught by {inv.name}; counterexample sizes {sizes}\n{report(inv, case, module, target.device)}")
-    limit = MAX_ELEMENTS.get(name, math.inf)
-    assert max(sizes) <= limit, f"{name}: caught by {inv.name}, but the shrunk counterexample still has {sizes} elements:\n{case}"
+    assert max(sizes) <= MAX_ELEMENTS[name], \
+        f"{name}: caught by {inv.name}, but the shrunk counterexample still has {sizes} elements:\n{case}"
+
+
+# the control's cases per op: it checks the search's harness (every law of test_properties runs
+# against the kernels there, 30 cases each on the CPU, 1000 on a GPU)
+CONTROL_EXAMPLES = 60
 
 
 @pytest.mark.parametrize("op", list(OPS))
@@ -255,7 +229,7 @@ def test_control_correct_kernels_are_not_caught(op, target):
     laws of SHAPE_FAMILIES, which this search leaves out, run against the kernels in
     test_properties."""
     try:
-        inv, case = search(OWN_KERNELS, op, target.device, 150)
+        inv, case = search(OWN_KERNELS, op, target.device, CONTROL_EXAMPLES)
     except errors.NoSuchExample:
         return
     pytest.fail(f"the search caught the project's kernels: {report(inv, case, OWN_KERNELS, target.device)}"
