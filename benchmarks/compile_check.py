@@ -166,10 +166,9 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
              "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
         c = {"F64": dt == "fp64", "TWO_AXES": two, "VEC": vec, "BLOCK_R": BR, "BLOCK_D": BD}
         for sb in [0] + [2**k for k in range(1, 11) if BR * 2**k <= MS.T.STATES_HELD]:
-            kern, cs = (MS._merge_states_kernel, c) if sb == 0 else (MS._merge_states_held_kernel, dict(c, SB=sb))
-            ss = s if sb == 0 else dict(s, SB="constexpr")
             try:
-                triton.compile(ASTSource(kern, ss, cs), target=tgt, options={"num_warps": 4})
+                triton.compile(ASTSource(MS._merge_states_kernel, dict(s, SB="constexpr"), dict(c, SB=sb)), target=tgt,
+                               options={"num_warps": 4})
                 print("merge_states ok", dt, BR, BD, two, vec, "SB", sb or "looped")
             except Exception as e:
                 print("merge_states FAIL", dt, BR, BD, two, vec, "SB", sb or "looped", str(e)[-1500:]); raise SystemExit(1)

@@ -19,12 +19,12 @@ the S value tiles of each column block, two states per step with both tiles load
 is used, accumulating the weighted sum in registers (no rescaling: the weights are final once M
 and D are known), and writes o and lse once. How it gets the weights:
 
-* held (``_merge_states_held_kernel``, S up to STATES_HELD / BLOCK_R states): the rows' S lse in
+* held (SB > 0, S up to STATES_HELD / BLOCK_R states): the rows' S lse in
   one [BLOCK_R, SB] load (SB = S rounded up to a power of two, at least 2), their max and sum as
   reductions of that tile, and the weights w_s = exp(lse_s - M) / D kept in it (NaN marking an
   empty state), picked out per state in the column loop. One memory round trip before the values
   (bf16 S = 8: 0.95 of copy on an H200, where the looped form below reads 0.79).
-* looped (``_merge_states_kernel``, more states): one load per state for M, again for D, and again
+* looped (SB = 0, more states): one load per state for M, again for D, and again
   per state and column block (from the cache), the weight recomputed from it.
 """
 from __future__ import annotations
@@ -52,43 +52,74 @@ def _weighted(lv, x, fin, ms, inv, F64: tl.constexpr):
     return tl.where(live[:, None], w[:, None] * widen(x, F64), 0.0)
 
 
+@triton.jit
+def _pick(wt, sidx, s):
+    """The rows' weights of state s from the [BLOCK_R, SB] weight tile (NaN: the state is empty)."""
+    return tl.sum(tl.where(sidx[None, :] == s, wt, 0.0), axis=1)
+
+
+@triton.jit
+def _held_weighted(w, x, F64: tl.constexpr):
+    """w x for one state's tile; 0 where w is NaN (an empty state: a select, so its values never
+    enter the arithmetic)."""
+    return tl.where((w == w)[:, None], w[:, None] * widen(x, F64), 0.0)
+
+
 @triton.jit(do_not_specialize=_INTS, do_not_specialize_on_alignment=_INTS + _PTRS)
 def _merge_states_kernel(
     O, LSE, OUT, LO,
     n_rows, n_states, n_cols, n1,
     so0, so1, sos, sl0, sl1, sls, sout0, sout1, slo0, slo1,
     F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    SB: tl.constexpr,
 ):
+    """SB > 0: the weights held in a [BLOCK_R, SB] tile (SB >= n_states); SB = 0: looped."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < n_rows
     lrow = LSE + _row_off(rows, n1, sl0, sl1, TWO_AXES)
-    # every state is reached by stepping a pointer (64-bit) rather than by s * stride, which
-    # overflows 32 bits where the states axis is outermost in memory.
     # M: the largest lse that is not NaN (a NaN lse is flagged instead); -inf when all are empty
-    m = tl.full([BLOCK_R], float("-inf"), CT)
-    has_nan = tl.zeros([BLOCK_R], tl.int32)
-    lp = lrow
-    for s in range(0, n_states):
-        lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
-        lp += sls
-        has_nan = tl.maximum(has_nan, (lv != lv).to(tl.int32))
-        m = tl.maximum(m, tl.where(lv != lv, float("-inf"), lv))
-    nan_in = has_nan > 0
-    fin = (m > float("-inf")) & (m < float("inf"))
-    ms = tl.where(fin, m, 0.0)
-    den = tl.zeros([BLOCK_R], CT)
-    lp = lrow
-    for s in range(0, n_states):
-        lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
-        lp += sls
-        live = fin & (lv > float("-inf"))  # NaN compares False
-        den += tl.where(live, tl.exp(tl.where(live, lv, 0.0) - ms), 0.0)
+    if SB > 0:
+        # the rows' S lse in one load (states past S read as empty); M and D reduce the tile
+        sidx = tl.arange(0, SB)
+        lt = tl.load(lrow[:, None] + sidx.to(tl.int64)[None, :] * sls,
+                     mask=rmask[:, None] & (sidx[None, :] < n_states), other=float("-inf")).to(CT)
+        isnan = lt != lt
+        nan_in = tl.max(isnan.to(tl.int32), axis=1) > 0
+        m = tl.max(tl.where(isnan, float("-inf"), lt), axis=1)
+        fin = (m > float("-inf")) & (m < float("inf"))
+        ms = tl.where(fin, m, 0.0)
+        live = fin[:, None] & (lt > float("-inf"))  # NaN compares False
+        e = tl.where(live, tl.exp(tl.where(live, lt, 0.0) - ms[:, None]), 0.0)
+        den = tl.sum(e, axis=1)
+    else:
+        # every state is reached by stepping a pointer (64-bit) rather than by s * stride, which
+        # overflows 32 bits where the states axis is outermost in memory
+        m = tl.full([BLOCK_R], float("-inf"), CT)
+        has_nan = tl.zeros([BLOCK_R], tl.int32)
+        lp = lrow
+        for s in range(0, n_states):
+            lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+            lp += sls
+            has_nan = tl.maximum(has_nan, (lv != lv).to(tl.int32))
+            m = tl.maximum(m, tl.where(lv != lv, float("-inf"), lv))
+        nan_in = has_nan > 0
+        fin = (m > float("-inf")) & (m < float("inf"))
+        ms = tl.where(fin, m, 0.0)
+        den = tl.zeros([BLOCK_R], CT)
+        lp = lrow
+        for s in range(0, n_states):
+            lv = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+            lp += sls
+            live = fin & (lv > float("-inf"))  # NaN compares False
+            den += tl.where(live, tl.exp(tl.where(live, lv, 0.0) - ms), 0.0)
     den1 = tl.where(fin, den, 1.0)  # D >= 1 where M is finite: the state holding M adds exp(0)
     lse = tl.where(fin, ms + tl.log(den1), m)
     lse = tl.where(nan_in, float("nan"), lse)
     tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
     inv = 1.0 / den1
+    if SB > 0:
+        wt = tl.where(live, e * inv[:, None], float("nan"))
     poison = nan_in | (m == float("inf"))
     orow = _row_off(rows, n1, so0, so1, TWO_AXES)[:, None]
     dst = (OUT + _row_off(rows, n1, sout0, sout1, TWO_AXES))[:, None]
@@ -104,11 +135,9 @@ def _merge_states_kernel(
         # two states per iteration, both tiles loaded before either is used (as attention_merge
         # reads its two states): twice the loads in flight per warp of a one-state loop. An empty
         # state's values are read too (a load masked by its lse would wait for the lse) and then
-        # dropped by the select in _weighted, so NaN there never reaches the sum. The vector hints
-        # are made at each load: the stepped pointer itself carries no alignment
-        for _ in range(0, n_states // 2):
-            la = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
-            lb = tl.load(lp + sls, mask=rmask, other=float("-inf")).to(CT)
+        # dropped by a select, so NaN there never reaches the sum. The vector hints are made at
+        # each load: the stepped pointer itself carries no alignment
+        for k in range(0, n_states // 2):
             pa = O + (ooff + step)
             pb = O + (ooff + (step + sos))
             if VEC:
@@ -116,86 +145,14 @@ def _merge_states_kernel(
                 pb = tl.max_contiguous(tl.multiple_of(pb, [1, 16]), [1, 16])
             xa = tl.load(pa, mask=mask, other=0.0)
             xb = tl.load(pb, mask=mask, other=0.0)
-            acc += _weighted(la, xa, fin, ms, inv, F64) + _weighted(lb, xb, fin, ms, inv, F64)
-            lp += sls
-            lp += sls
-            step += sos
-            step += sos
-        if n_states % 2:
-            la = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
-            pa = O + (ooff + step)
-            if VEC:
-                pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
-            xa = tl.load(pa, mask=mask, other=0.0)
-            acc += _weighted(la, xa, fin, ms, inv, F64)
-        v = tl.where(poison[:, None], float("nan"), acc)  # all empty: acc stayed 0
-        out = dst + cols
-        if VEC:
-            out = tl.max_contiguous(tl.multiple_of(out, [1, 16]), [1, 16])
-        tl.store(out, to_out(v, OUT.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _pick(wt, sidx, s):
-    """The rows' weights of state s from the [BLOCK_R, SB] weight tile (NaN: the state is empty)."""
-    return tl.sum(tl.where(sidx[None, :] == s, wt, 0.0), axis=1)
-
-
-@triton.jit
-def _held_weighted(w, x, F64: tl.constexpr):
-    """w x for one state's tile; 0 where w is NaN (an empty state: a select, so its values never
-    enter the arithmetic)."""
-    return tl.where((w == w)[:, None], w[:, None] * widen(x, F64), 0.0)
-
-
-@triton.jit(do_not_specialize=_INTS, do_not_specialize_on_alignment=_INTS + _PTRS)
-def _merge_states_held_kernel(
-    O, LSE, OUT, LO,
-    n_rows, n_states, n_cols, n1,
-    so0, so1, sos, sl0, sl1, sls, sout0, sout1, slo0, slo1,
-    F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
-    SB: tl.constexpr,
-):
-    CT: tl.constexpr = tl.float64 if F64 else tl.float32
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    rmask = rows < n_rows
-    sidx = tl.arange(0, SB)
-    # the rows' S lse in one load (states past S read as empty)
-    lrow = LSE + _row_off(rows, n1, sl0, sl1, TWO_AXES)
-    lt = tl.load(lrow[:, None] + sidx.to(tl.int64)[None, :] * sls, mask=rmask[:, None] & (sidx[None, :] < n_states),
-                 other=float("-inf")).to(CT)
-    isnan = lt != lt
-    nan_in = tl.max(isnan.to(tl.int32), axis=1) > 0
-    m = tl.max(tl.where(isnan, float("-inf"), lt), axis=1)  # -inf when all are empty
-    fin = (m > float("-inf")) & (m < float("inf"))
-    ms = tl.where(fin, m, 0.0)
-    live = fin[:, None] & (lt > float("-inf"))  # NaN compares False
-    e = tl.where(live, tl.exp(tl.where(live, lt, 0.0) - ms[:, None]), 0.0)
-    den1 = tl.where(fin, tl.sum(e, axis=1), 1.0)  # D >= 1 where M is finite: the state holding M adds exp(0)
-    lse = tl.where(fin, ms + tl.log(den1), m)
-    lse = tl.where(nan_in, float("nan"), lse)
-    tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
-    wt = tl.where(live, e * (1.0 / den1)[:, None], float("nan"))
-    poison = nan_in | (m == float("inf"))
-    orow = _row_off(rows, n1, so0, so1, TWO_AXES)[:, None]
-    dst = (OUT + _row_off(rows, n1, sout0, sout1, TWO_AXES))[:, None]
-    for start in range(0, n_cols, BLOCK_D):
-        cols = (start + tl.arange(0, BLOCK_D))[None, :]
-        mask = rmask[:, None] & (cols < n_cols)
-        if VEC:
-            mask = tl.max_constancy(mask, [1, 16])
-        acc = tl.zeros([BLOCK_R, BLOCK_D], CT)
-        ooff = orow + cols  # element offsets of state 0's tile; state s adds s * sos, stepped in 64 bits
-        step = tl.zeros([], tl.int64)
-        for k in range(0, n_states // 2):  # two states per step, both tiles loaded before either is used
-            pa = O + (ooff + step)
-            pb = O + (ooff + (step + sos))
-            if VEC:
-                pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
-                pb = tl.max_contiguous(tl.multiple_of(pb, [1, 16]), [1, 16])
-            xa = tl.load(pa, mask=mask, other=0.0)
-            xb = tl.load(pb, mask=mask, other=0.0)
-            acc += _held_weighted(_pick(wt, sidx, 2 * k), xa, F64) + _held_weighted(_pick(wt, sidx, 2 * k + 1), xb, F64)
+            if SB > 0:
+                acc += _held_weighted(_pick(wt, sidx, 2 * k), xa, F64) + _held_weighted(_pick(wt, sidx, 2 * k + 1), xb, F64)
+            else:
+                la = tl.load(lp, mask=rmask, other=float("-inf")).to(CT)
+                lb = tl.load(lp + sls, mask=rmask, other=float("-inf")).to(CT)
+                acc += _weighted(la, xa, fin, ms, inv, F64) + _weighted(lb, xb, fin, ms, inv, F64)
+                lp += sls
+                lp += sls
             step += sos
             step += sos
         if n_states % 2:
@@ -203,7 +160,10 @@ def _merge_states_held_kernel(
             if VEC:
                 pa = tl.max_contiguous(tl.multiple_of(pa, [1, 16]), [1, 16])
             xa = tl.load(pa, mask=mask, other=0.0)
-            acc += _held_weighted(_pick(wt, sidx, n_states - 1), xa, F64)
+            if SB > 0:
+                acc += _held_weighted(_pick(wt, sidx, n_states - 1), xa, F64)
+            else:
+                acc += _weighted(tl.load(lp, mask=rmask, other=float("-inf")).to(CT), xa, fin, ms, inv, F64)
         v = tl.where(poison[:, None], float("nan"), acc)  # all empty: acc stayed 0
         out = dst + cols
         if VEC:
@@ -211,7 +171,7 @@ def _merge_states_held_kernel(
         tl.store(out, to_out(v, OUT.dtype.element_ty), mask=mask)
 
 
-JIT_KERNELS = L.register_jit(_merge_states_kernel, _merge_states_held_kernel)
+JIT_KERNELS = L.register_jit(_merge_states_kernel)
 
 
 def _check(o, lse):
@@ -293,10 +253,9 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     # 16-byte vectors: every row of every state (and of the output) starts 16-byte aligned and Dv
     # is a multiple of 16
     vec = (L.vec_ok(n_cols, (o2, *so), (out, *sout)) and (o2.stride(-2) * o2.element_size()) % 16 == 0)
-    args = (o2, l2, out, lse_out, n_rows, n_states, n_cols, n1, *so, o2.stride(-2), *sl, l2.stride(-1), *sout, *slo)
-    common = dict(F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, num_warps=warps)
-    if held:
-        _merge_states_held_kernel[(triton.cdiv(n_rows, br),)](*args, SB=sb, **common)
-    else:
-        _merge_states_kernel[(triton.cdiv(n_rows, br),)](*args, **common)
+    _merge_states_kernel[(triton.cdiv(n_rows, br),)](
+        o2, l2, out, lse_out, n_rows, n_states, n_cols, n1,
+        *so, o2.stride(-2), *sl, l2.stride(-1), *sout, *slo,
+        F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, SB=sb if held else 0,
+        num_warps=warps)
     return out, lse_out
