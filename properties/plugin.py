@@ -21,10 +21,12 @@ kernel repository's own tests run as they would without it.
   included.
 * profiles: ``ci`` (CPU interpreter: deterministic, small shapes), ``dev``, ``gpu`` (default when
   CUDA is present: 1,000 examples per property), ``nightly`` (10,000 examples, larger batches).
-  Choose with Hypothesis's own ``--hypothesis-profile``. In every profile matches_oracle feeds
+  Choose with Hypothesis's own ``--hypothesis-profile``. matches_oracle feeds
   ``hypothesis.target`` the fraction of the derived bound an output used, so the search climbs
-  towards the worst case; the summary prints the largest fraction (and the error in ulps) found
-  per op and dtype.
+  towards the worst case (every profile but ``ci``, which skips Hypothesis's target phase: under
+  the interpreter the climb re-ran a test's kernels about twice as often as its 30 cases did, 53 of
+  the 85 s of many_rows_match_oracle on cross_entropy_backward); the summary prints the largest
+  fraction (and the error in ulps) found per op and dtype.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ import os
 
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from . import interpreter, isolation, strategies as S, targets
 
@@ -43,7 +45,7 @@ _COMMON = dict(deadline=None, print_blob=True,
 # registered when the plugin loads, so that --hypothesis-profile finds them; "ci" replaces
 # Hypothesis's own profile of that name (which Hypothesis loads by itself on CI machines), so it is
 # registered only for a run that collects the suite (pytest_configure)
-CI_PROFILE = settings(max_examples=30, derandomize=True, **_COMMON)
+CI_PROFILE = settings(max_examples=30, derandomize=True, phases=[p for p in Phase if p is not Phase.target], **_COMMON)
 settings.register_profile("dev", max_examples=100, **_COMMON)
 settings.register_profile("gpu", max_examples=1000, **_COMMON)
 settings.register_profile("nightly", max_examples=10000, **_COMMON)
