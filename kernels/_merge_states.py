@@ -244,11 +244,12 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     two = n1 < n_rows
     # the weights held in registers: a [BLOCK_R, SB] tile of at most STATES_HELD elements. SB is at
     # least 2: with one state Triton 3.6 fails to compile the float64 kernel of 32 or 64 rows and
-    # two batch axes (TritonGPURemoveLayoutConversions on the [BLOCK_R, 1] tile)
+    # two batch axes (TritonGPURemoveLayoutConversions on the [BLOCK_R, 1] tile). SB = 0: looped
     sb = max(2, triton.next_power_of_2(n_states))
     most = T.STATES_HELD_INTERPRETER if L.interpreting() else T.STATES_HELD
-    held = br * sb <= int(L.knob("MERGE_KERNELS_STATES_HELD", most))
-    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=two, SB=sb if held else 0)
+    if br * sb > int(L.knob("MERGE_KERNELS_STATES_HELD", most)):
+        sb = 0
+    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=two, SB=sb)
     so, sl, sout, slo = pairs
     # 16-byte vectors: every row of every state (and of the output) starts 16-byte aligned and Dv
     # is a multiple of 16
@@ -256,6 +257,6 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     _merge_states_kernel[(triton.cdiv(n_rows, br),)](
         o2, l2, out, lse_out, n_rows, n_states, n_cols, n1,
         *so, o2.stride(-2), *sl, l2.stride(-1), *sout, *slo,
-        F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, SB=sb if held else 0,
+        F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, SB=sb,
         num_warps=warps)
     return out, lse_out

@@ -381,8 +381,8 @@ def ce_default_mask(case, args, out_shape):
       textbook formula's terms with the factor 2 covering their rounding, and, smoothed, also
       (1 + (V + 1) u) (V |lse| + sum |x_j|) <= finfo.max (the sum over the classes before its
       scale eps / V, with the roundings of its terms and of the sum in any order; u the compute
-      precision's unit roundoff);
-      and the first terms summed over the rows that are not ignored are in range too.
+      precision's unit roundoff); and the first terms summed over the rows that are not ignored
+      are in range too.
     * a label_smoothing below float32's smallest normal with 16/32-bit logits: a float32 kernel
       holds it as 0, and 0 * inf is NaN where the exact loss is +inf.
     * (in the bound, not here) the gradient formed from the forward's log-probabilities rounded
