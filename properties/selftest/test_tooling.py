@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from .. import expected, interpreter, replay, strategies as S
+from .. import expected, failures, interpreter, replay, strategies as S
 from ..case import Case
 from ..strategies import Input, Layout, Logits
 from . import ROOT
@@ -124,11 +124,19 @@ def test_xfails_when_clause_parse_and_hold(tmp_path):
     C.label_smoothing, C.dtype = 0.1, torch.bfloat16
     assert not e.holds_for(C())
     assert not e.holds_for(OVERFLOW)  # no label_smoothing: the condition cannot hold
+    C.label_smoothing, C.dtype = 0.1, torch.float16
+    (k,) = expected.parse(_write(tmp_path / "x.txt", "test_property[a-*] when dtype=float16 failure=UnexpectedInf  # inf\n"))
+    (n,) = expected.parse(_write(tmp_path / "x.txt", "test_property[a-*] when failure!=UnexpectedInf  # not inf\n"))
+    inf = failures.failure_class(failures.UnexpectedInf, "float16")("inf where finite")  # a qualified subclass
+    off = failures.OutOfTolerance("beyond the bound")
+    assert k.holds_for(C(), inf) and not k.holds_for(C(), off) and not k.holds_for(C())  # another kind: a second bug
+    assert n.holds_for(C(), off) and not n.holds_for(C(), inf)
     items = [_Item("p.py::test_property[a-softmax]")]
     assert expected.apply([e], items) == {} and items[0].markers == []
     assert expected.CONDITIONAL == {"p.py::test_property[a-softmax]": [e]}
     for bad, msg in (("colour=red", "unknown condition key 'colour'"), ("rows>many", "needs a number"),
-                     ("dtype", "must read KEY<op>VALUE")):
+                     ("dtype", "must read KEY<op>VALUE"), ("failure=Wrong", "a failure kind"),
+                     ("failure>UnexpectedInf", "a failure kind")):
         with pytest.raises(ValueError, match=rf"x\.txt:1: .*{msg}"):
             expected.parse(_write(tmp_path / "x.txt", f"test_property[a-*] when {bad}  # r\n"))
 
@@ -151,14 +159,15 @@ def test_xfails_when_clause_end_to_end(tmp_path, float32_too):
     xfailed (its float16 failures passed over, its other examples judged; the progress log says
     XFAIL); wrong on float32 too, the test fails, on a float32 example."""
     _write(tmp_path / "fp16_lse.py", FP16_BUG_TARGET.format(float32_too=float32_too))
-    xf = _write(tmp_path / "xf.txt", "test_property[matches_oracle-logsumexp] when dtype=float16  # a float16 bug\n")
+    xf = _write(tmp_path / "xf.txt", "test_property[matches_oracle-logsumexp] when dtype=float16 failure=OutOfTolerance"
+                                     "  # a float16 bug\n")
     status, text = _suite(tmp_path, "-rxX", "--target", "fp16_lse", "--xfails", xf, "--properties-failures", "",
                           "--properties-log", str(tmp_path / "progress.log"),
                           "-k", "matches_oracle-logsumexp and not strict")
     if float32_too:
         assert status == 1 and "1 failed" in text and "dtype=float32" in text, text
     else:
-        assert status == 0 and "1 xfailed" in text and "of its inputs: a float16 bug" in text, text
+        assert status == 0 and "1 xfailed" in text and "of its inputs: a float16 bug [first: OutOfTolerance" in text, text
         assert (tmp_path / "progress.log").read_text().startswith("XFAIL    call"), "the progress log names the outcome"
 
 
