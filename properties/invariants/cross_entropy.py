@@ -299,4 +299,5 @@ def ce_out_of_range_target_raises(case, target, strict=False):
             accept_context_loss()  # isolated, the worker restarts; in-process the context is lost
         return
     fail(case, target,
-         f"an out-of-range target returned a result instead of raising: {out if out.numel() <= 4 else out.shape}")
+         f"an out-of-range target returned a result instead of raising: {out if out.numel() <= 4 else out.shape}",
+         kind=WrongOutput)
