@@ -1,6 +1,7 @@
 """Make Triton's CPU interpreter (TRITON_INTERPRET=1) behave like compiled Triton where a
-kernel's verdict depends on it. The plugin calls ``install()`` only when TRITON_INTERPRET=1; on a
-GPU nothing here is touched. Three patches, for triton 3.6 and 3.9; ``patches()`` says which are
+kernel's verdict depends on it, and spend less time where it does not. The plugin calls
+``install()`` only when TRITON_INTERPRET=1; on a GPU nothing here is touched. Four patches, for
+triton 3.6 and 3.9; ``patches()`` says which are
 in place (the report header prints it). A patch whose interpreter internal is missing is left
 out, named there with the reason, and the interpreter keeps its own behaviour for it.
 
@@ -34,6 +35,14 @@ out, named there with the reason, and the interpreter keeps its own behaviour fo
   float16 ``x`` stays float16 there and becomes float32 on the GPU. ``_implicit_cvt`` (the
   interpreter's argument binding) now hands the kernel a float32 scalar tensor, rounded to
   nearest as the launcher rounds it. constexpr arguments stay Python values, as compiled.
+* ``nested_calls`` (time only): the interpreter swaps triton.language's builtins for its own
+  (``_patch_lang``) at each launch, and again at every call of a ``@triton.jit`` device function
+  inside it, walking the language modules' members each time: a third of the time of the suite's
+  many-rows cross-entropy tests, whose kernels call small device functions thousands of times. A
+  call whose module's language modules the launch in progress has patched already skips it (the
+  modules are shared, so there is nothing left to patch); a module holding another one (triton's
+  own library functions hold ``triton.language.core``) is patched at its first call, as before.
+  The launch still restores triton.language when its grid is done.
 """
 from __future__ import annotations
 
@@ -42,7 +51,7 @@ import os
 
 import numpy as np
 
-_PATCHES = ("autotune", "casts", "float_args")
+_PATCHES = ("autotune", "casts", "float_args", "nested_calls")
 _STATE: dict[str, str] = {}  # patch name -> "on" or why it is off (filled by install)
 _UNDO: dict[str, list] = {}  # patch name -> [(owner, attribute, original value)]
 
@@ -229,4 +238,41 @@ def _install_float_args() -> list:
     return [_replace(I, "_implicit_cvt", _implicit_cvt)]
 
 
-_INSTALLERS = {"autotune": _install_autotune, "casts": _install_casts, "float_args": _install_float_args}
+# ---- nested_calls ------------------------------------------------------------------------------
+def _install_nested_calls() -> list:
+    import inspect
+
+    import triton.language as tl
+    from triton.runtime import interpreter as I
+
+    original, Scope = I._patch_lang, I._LangPatchScope
+    patched: set = set()  # ids of the language modules the launch in progress has patched
+    langs_of: dict = {}  # function -> ids of the language modules its globals hold (what _patch_lang patches)
+
+    def langs(fn) -> frozenset:
+        if fn not in langs_of:
+            langs_of[fn] = frozenset(id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (tl, tl.core))
+        return langs_of[fn]
+
+    def _patch_lang(fn):
+        mine = langs(fn)
+        if patched and mine <= patched:
+            return Scope()  # a device function inside a launch whose patches are in place: nothing to do
+        scope = original(fn)
+        if patched:  # a device function whose module holds another language module (triton's own
+            patched.update(mine)  # library functions hold triton.language.core): patched now, for the launch
+            return scope
+        patched.update(mine)  # a launch (GridExecutor restores its scope when the grid is done)
+        restore = scope.restore
+
+        def restore_and_forget():
+            patched.clear()
+            restore()
+        scope.restore = restore_and_forget
+        return scope
+
+    return [_replace(I, "_patch_lang", _patch_lang)]
+
+
+_INSTALLERS = {"autotune": _install_autotune, "casts": _install_casts, "float_args": _install_float_args,
+               "nested_calls": _install_nested_calls}

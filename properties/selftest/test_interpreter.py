@@ -267,11 +267,54 @@ def test_naive_bfloat16_softmax_truncates_without_patch():
         assert _softmax_of_zeros().float().unique().tolist() == [0.33203125]
 
 
+# ---- nested_calls: triton.language patched once per launch -------------------------------------
+@triton.jit
+def _scaled(x, s):
+    return x * s
+
+
+@triton.jit
+def _nested(X, Y, N, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    x = tl.load(X + o, mask=o < N, other=float("-inf"))
+    e = tl.exp(x - tl.max(x, 0))  # tl.max, tl.sum: triton's own library functions (their module holds tl.core)
+    tl.store(Y + o, _scaled(e, 1.0 / tl.sum(e, 0)), mask=o < N)
+
+
+def _softmax_nested(x):
+    y = torch.empty_like(x)
+    _nested[(1,)](x, y, x.numel(), BLOCK=triton.next_power_of_2(x.numel()))
+    return y
+
+
+@only_interpreting
+def test_nested_calls_patch_changes_nothing_but_time():
+    """Device functions (ours and triton's library) called inside a launch skip re-patching
+    triton.language, which the launch has patched already: the same bits as with every call
+    re-patching, triton's own _patch_lang reached once per launch and once per other language
+    module (not once per call), and triton.language restored when the grid is done."""
+    from triton.runtime import interpreter as I
+    x = torch.tensor([0.5, -1.25, 3.0, 7.0, -2.0], dtype=torch.float32)
+    (owner, attr, original) = interpreter._UNDO["nested_calls"][0]
+    calls = []
+    cell = next(c for c in I._patch_lang.__closure__ if c.cell_contents is original)
+    cell.cell_contents = lambda fn: calls.append(fn.__name__) or original(fn)
+    try:
+        y = _softmax_nested(x)
+    finally:
+        cell.cell_contents = original
+    assert calls.count("_nested") == 1 and len(calls) <= 3, calls  # the launch, then one call per language module
+    assert tl.core.is_builtin(tl.load) and tl.core.is_builtin(tl.tensor.__add__), "triton.language left patched"
+    with interpreter.suspended("nested_calls"):
+        z = _softmax_nested(x)
+    assert torch.equal(y, z) and torch.allclose(y.double(), torch.softmax(x.double(), 0), rtol=1e-6, atol=0)
+
+
 # ---- install(), patches(), suspended() ---------------------------------------------------------
 @only_interpreting
 def test_install_is_idempotent_and_every_patch_is_on():
     assert interpreter.install() and interpreter.install()
-    assert interpreter.patches() == {"autotune": "on", "casts": "on", "float_args": "on"}
+    assert interpreter.patches() == {"autotune": "on", "casts": "on", "float_args": "on", "nested_calls": "on"}
     with pytest.raises(ValueError, match="names must be among"):
         with interpreter.suspended("rounding"):
             pass
@@ -287,12 +330,14 @@ def test_missing_internal_leaves_the_patch_off_and_says_why(monkeypatch):
     monkeypatch.setattr(interpreter, "_UNDO", {})
     monkeypatch.setattr(interpreter, "_INSTALLERS", {"autotune": lambda: done.append("autotune") or [],
                                                      "casts": lambda: done.append("casts") or [],
-                                                     "float_args": missing})
+                                                     "float_args": missing,
+                                                     "nested_calls": lambda: done.append("nested_calls") or []})
     assert interpreter.install() is False
     state = interpreter.patches()
-    assert state["autotune"] == state["casts"] == "on" and done == ["autotune", "casts"]
+    assert state["autotune"] == state["casts"] == state["nested_calls"] == "on"
+    assert done == ["autotune", "casts", "nested_calls"]
     assert state["float_args"].startswith("off (AttributeError: ") and "_implicit_cvt" in state["float_args"]
-    assert interpreter.install() is False and done == ["autotune", "casts"]  # idempotent: nothing re-installed
+    assert interpreter.install() is False and done == ["autotune", "casts", "nested_calls"]  # idempotent
     with pytest.raises(RuntimeError, match="not installed"):
         with interpreter.suspended("float_args"):
             pass
