@@ -409,11 +409,14 @@ class CEConfig:
         tile = max_tile(dtype)
         self.block = min(tile, max(16, triton.next_power_of_2(V)))
         # rows per program: up to 64 in a tile of `tile` elements; under the interpreter tiles of
-        # short rows hold 1024 elements (its time goes per program, and batches of thousands of
-        # short rows are checked), while rows of a whole tile or more keep one row per program,
-        # so CPU runs still reach the looped and split paths
-        rows_tile = T.CE_ROWS_TILE_INTERPRETER if L.interpreting() and self.block < tile else tile
-        self.block_r = max(1, min(T.CE_MAX_ROWS_PER_PROGRAM, rows_tile // self.block))
+        # short rows hold up to 512 rows of 8192 elements (its time goes per program and per
+        # operation, not per element, and batches of thousands of short rows are checked), while
+        # rows of a whole tile or more keep one row per program, so CPU runs still reach the
+        # looped and split paths
+        interp = L.interpreting() and self.block < tile
+        rows_tile = T.CE_ROWS_TILE_INTERPRETER if interp else tile
+        most = T.CE_MAX_ROWS_PER_PROGRAM_INTERPRETER if interp else T.CE_MAX_ROWS_PER_PROGRAM
+        self.block_r = max(1, min(most, rows_tile // self.block))
         tiles = triton.cdiv(V, self.block)
         want = _programs_wanted(torch.device(device))
         chunks = 1

@@ -84,8 +84,9 @@ STATES_HELD_INTERPRETER = 128  # under the interpreter: CPU runs reach the loope
 # ----------------------------------------------------------------------------------------------
 CE_TILE = {2: 4096, 4: 4096, 8: 2048}  # columns per iteration by element size: 16 KB of 16-bit logits, 8 warps (forward 0.99-1.03)
 CE_TILE_INTERPRETER = 256  # under the interpreter: CPU runs reach the looped and split paths
-CE_ROWS_TILE_INTERPRETER = 1024  # interpreter tiles of short rows (its time goes per program; thousands of rows are checked)
+CE_ROWS_TILE_INTERPRETER = 8192  # interpreter tiles of short rows (its time goes per program; thousands of rows are checked)
 CE_MAX_ROWS_PER_PROGRAM = 64  # rows per program of short rows
+CE_MAX_ROWS_PER_PROGRAM_INTERPRETER = 512  # ... under the interpreter (2047 rows of 16 columns: 4 programs, not 32)
 CE_PROGRAMS_PER_SM = 4  # rows are split across programs only below ~4 programs per SM
 CE_PER_WARP = 512  # one warp per 512 elements, 4 to 16 warps (16 warps / 8192 columns took 63 registers: backward 0.83-0.86)
 
