@@ -306,6 +306,10 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
             per_warp = int(knob("SOFTMAX_KERNELS_PER_WARP_LSE", per_warp))
             tile = int(knob("SOFTMAX_KERNELS_TILE_LSE", tile))
         lo = int(knob("SOFTMAX_KERNELS_MIN_WARPS", lo))
+    if _interp and bd < tile:
+        # the interpreter's time goes per program and operation, not per element: short rows in
+        # larger tiles (2047 rows of 16 columns: 4 programs, not 16)
+        tile = max(tile, T.ROWS_TILE_INTERPRETER)
     if bd <= mb:
         sub = _lse_sub(bd) if lse and dtype != torch.float64 else 1
         if sub > 1:

@@ -24,6 +24,7 @@ MAX_BLOCK = 16384  # 16/32-bit: the exact fast row sums (_numerics.sum_exp, sum_
 MAX_BLOCK_F64 = 8192  # float64 forward: its exact sums keep fixed-point limbs per element (no spills at 8192)
 MAX_BLOCK_F64_BWD = 2048  # float64 backward: row in float64 with scaled sums, 16 warps x 8 elements, no spills (16384 spilled 1.8 KB per thread)
 MAX_BLOCK_INTERPRETER = 1024  # under the interpreter: CPU runs reach the looped and split paths on small shapes
+ROWS_TILE_INTERPRETER = 8192  # under the interpreter: elements per program of short rows (its time goes per program)
 
 # whole rows: elements per program (tile) and per warp, 16/32-bit (float64 below)
 TILE_BY_ITEMSIZE = {1: 8192, 2: 8192, 4: 4096, 8: 2048}  # short-row tile by element size, before the per-path choices below
