@@ -295,6 +295,10 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
         # (0.98-1.02). Not taken where not measured better: 2048 (0.70 with 4 warps, 0.68 with
         # 2, one sweep) and rows under 128 (not measured).
         per_warp, lo = T.LSE16_PER_WARP, T.LSE16_MIN_WARPS
+    if _interp and bd < tile:
+        # the interpreter's time goes per program and operation, not per element: short rows in
+        # larger tiles by default (2047 rows of 16 columns: 4 programs, not 16); a knob still rules
+        tile = max(tile, T.ROWS_TILE_INTERPRETER)
     if dtype != torch.float64:
         if backward:
             per_warp = int(knob("SOFTMAX_KERNELS_PER_WARP_BWD", per_warp))
@@ -306,10 +310,6 @@ def _row_config(n_cols: int, dtype: torch.dtype, backward: bool, lse: bool, _int
             per_warp = int(knob("SOFTMAX_KERNELS_PER_WARP_LSE", per_warp))
             tile = int(knob("SOFTMAX_KERNELS_TILE_LSE", tile))
         lo = int(knob("SOFTMAX_KERNELS_MIN_WARPS", lo))
-    if _interp and bd < tile:
-        # the interpreter's time goes per program and operation, not per element: short rows in
-        # larger tiles (2047 rows of 16 columns: 4 programs, not 16)
-        tile = max(tile, T.ROWS_TILE_INTERPRETER)
     if bd <= mb:
         sub = _lse_sub(bd) if lse and dtype != torch.float64 else 1
         if sub > 1:
