@@ -11,8 +11,8 @@ one pattern per line, each with a ``# reason``::
 A trailing ``when KEY<op>VALUE ...`` clause limits an entry to the examples whose case matches
 every condition (``<op>``: ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``; keys: ``dtype``, ``op``,
 ``reduction``, ``label_smoothing``, ``rows``, the batch's row count, ``target_min``, the smallest
-class index that is not ``ignore_index``, and ``failure``, the kind of
-the example's failure, a class of ``properties/failures.py``: ``failure=UnexpectedInf``)::
+class index that is not ``ignore_index``, and ``failure``, the kind of the example's failure, a
+class of ``properties/failures.py``: ``failure=UnexpectedInf``)::
 
     test_property[*-cross_entropy] when dtype=float16 label_smoothing>0 failure=UnexpectedInf  # torch 4: ...
 

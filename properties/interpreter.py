@@ -1,9 +1,9 @@
 """Make Triton's CPU interpreter (TRITON_INTERPRET=1) behave like compiled Triton where a
 kernel's verdict depends on it, and spend less time where it does not. The plugin calls
 ``install()`` only when TRITON_INTERPRET=1; on a GPU nothing here is touched. Four patches, for
-triton 3.6 and 3.9; ``patches()`` says which are
-in place (the report header prints it). A patch whose interpreter internal is missing is left
-out, named there with the reason, and the interpreter keeps its own behaviour for it.
+triton 3.6 and 3.9; ``patches()`` says which are in place (the report header prints it). A patch
+whose interpreter internal is missing is left out, named there with the reason, and the
+interpreter keeps its own behaviour for it.
 
 * ``autotune``: ``@triton.autotune`` kernels. An autotuned kernel with more than one configuration
   benchmarks them on its first launch per key, and benchmarking asks the GPU driver for a timer:
