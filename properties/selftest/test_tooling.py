@@ -131,6 +131,11 @@ def test_xfails_when_clause_parse_and_hold(tmp_path):
     off = failures.OutOfTolerance("beyond the bound")
     assert k.holds_for(C(), inf) and not k.holds_for(C(), off) and not k.holds_for(C())  # another kind: a second bug
     assert n.holds_for(C(), off) and not n.holds_for(C(), inf)
+    (m,) = expected.parse(_write(tmp_path / "x.txt", "test_property[a-*] when target_min<0  # a negative index\n"))
+    C.ignore_index, C.targets = -100, type("T", (), {"values": (3, -100, -1)})
+    assert expected.facts(C())["target_min"] == -1 and m.holds_for(C(), off)  # ignore_index is not a class index
+    C.targets.values = (3, -100, 0)
+    assert not m.holds_for(C(), off)
     items = [_Item("p.py::test_property[a-softmax]")]
     assert expected.apply([e], items) == {} and items[0].markers == []
     assert expected.CONDITIONAL == {"p.py::test_property[a-softmax]": [e]}
