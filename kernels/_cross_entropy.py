@@ -414,7 +414,7 @@ class CEConfig:
         # rows of a whole tile or more keep one row per program, so CPU runs still reach the
         # looped and split paths
         interp = L.interpreting() and self.block < tile
-        rows_tile = T.CE_ROWS_TILE_INTERPRETER if interp else tile
+        rows_tile = T.ROWS_TILE_INTERPRETER if interp else tile
         most = T.CE_MAX_ROWS_PER_PROGRAM_INTERPRETER if interp else T.CE_MAX_ROWS_PER_PROGRAM
         self.block_r = max(1, min(most, rows_tile // self.block))
         tiles = triton.cdiv(V, self.block)

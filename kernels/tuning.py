@@ -24,7 +24,7 @@ MAX_BLOCK = 16384  # 16/32-bit: the exact fast row sums (_numerics.sum_exp, sum_
 MAX_BLOCK_F64 = 8192  # float64 forward: its exact sums keep fixed-point limbs per element (no spills at 8192)
 MAX_BLOCK_F64_BWD = 2048  # float64 backward: row in float64 with scaled sums, 16 warps x 8 elements, no spills (16384 spilled 1.8 KB per thread)
 MAX_BLOCK_INTERPRETER = 1024  # under the interpreter: CPU runs reach the looped and split paths on small shapes
-ROWS_TILE_INTERPRETER = 8192  # under the interpreter: elements per program of short rows (its time goes per program)
+ROWS_TILE_INTERPRETER = 8192  # under the interpreter: elements per program of short rows, softmax family and cross-entropy (its time goes per program; thousands of rows are checked)
 
 # whole rows: elements per program (tile) and per warp, 16/32-bit (float64 below)
 TILE_BY_ITEMSIZE = {1: 8192, 2: 8192, 4: 4096, 8: 2048}  # short-row tile by element size, before the per-path choices below
@@ -85,9 +85,8 @@ STATES_HELD_INTERPRETER = 128  # under the interpreter: CPU runs reach the loope
 # ----------------------------------------------------------------------------------------------
 CE_TILE = {2: 4096, 4: 4096, 8: 2048}  # columns per iteration by element size: 16 KB of 16-bit logits, 8 warps (forward 0.99-1.03)
 CE_TILE_INTERPRETER = 256  # under the interpreter: CPU runs reach the looped and split paths
-CE_ROWS_TILE_INTERPRETER = 8192  # interpreter tiles of short rows (its time goes per program; thousands of rows are checked)
 CE_MAX_ROWS_PER_PROGRAM = 64  # rows per program of short rows
-CE_MAX_ROWS_PER_PROGRAM_INTERPRETER = 512  # ... under the interpreter (2047 rows of 16 columns: 4 programs, not 32)
+CE_MAX_ROWS_PER_PROGRAM_INTERPRETER = 512  # ... under the interpreter, in tiles of ROWS_TILE_INTERPRETER (2047 rows of 16 columns: 4 programs, not 32)
 CE_PROGRAMS_PER_SM = 4  # rows are split across programs only below ~4 programs per SM
 CE_PER_WARP = 512  # one warp per 512 elements, 4 to 16 warps (16 warps / 8192 columns took 63 registers: backward 0.83-0.86)
 

@@ -233,7 +233,8 @@ class ExpectedExamples:
         for e in self.entries:
             if e.holds_for(case, exc):
                 if e not in self.seen:
-                    self.seen[e] = [0, f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"]
+                    lines = str(exc).strip().splitlines()
+                    self.seen[e] = [0, f"{type(exc).__name__}: {lines[0] if lines else ''}"]
                 self.seen[e][0] += 1
                 return True
         return False
