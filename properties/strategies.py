@@ -454,17 +454,19 @@ MANY_ROW_FAMILIES = ("moderate", "constant", "grid", "special", "neg_inf_rows", 
                      "subnormal", "bits", "one_hot")
 
 
-def many_rows_count(per_row: int):
-    """How many rows a many-rows case holds: about one draw in three the top of the budget
-    (2**K - 1, 2**K, 2**K + 1 for the largest 2**K in it, or the budget itself), else one of
-    2**k - 1, 2**k, 2**k + 1 for k from 6 up (each about equally likely), one draw in four of
-    those any count in between. The budget: LIMITS.many_rows, and LIMITS.max_elems // per_row
-    (the elements of one row). Shrinks towards 63 rows."""
+def many_rows_count(per_row: int, top_only: bool = False):
+    """How many rows a many-rows case holds: about one draw in three (top_only: always) the top of
+    the budget (2**K - 1, 2**K, 2**K + 1 for the largest 2**K in it, or the budget itself), else
+    one of 2**k - 1, 2**k, 2**k + 1 for k from 6 up (each about equally likely), one draw in four
+    of those any count in between. The budget: LIMITS.many_rows, and LIMITS.max_elems // per_row
+    (the elements of one row). Shrinks towards 63 rows (top_only: towards 2**K - 1)."""
     cap = max(1, min(LIMITS.many_rows, LIMITS.max_elems // max(per_row, 1)))
     kmax = cap.bit_length() - 1
     kmin = min(6, kmax)
     near = sorted({min(cap, max(1, 2**k + d)) for k in range(kmin, kmax + 1) for d in (-1, 0, 1)})
     top = sorted({max(1, 2**kmax - 1), 2**kmax, min(cap, 2**kmax + 1), cap})
+    if top_only:
+        return st.sampled_from(top)
     return rarely(st.sampled_from(top), rarely(st.integers(min(2**kmin, cap), cap), st.sampled_from(near), 4), 3)
 
 
@@ -862,25 +864,37 @@ def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False, 
     pattern (ce_target_pattern), reduction "mean" half the time (a mean over many rows)."""
     if many_rows:
         dtype = draw(dtypes(), label="dtype")
-        # half the time 2 or 3 classes: the most rows the element budget holds with a loss that
-        # depends on the logits (V = 1, every loss exactly 0, stays among MANY_ROW_COLS)
-        cols = draw(st.one_of(st.integers(2, 3), st.sampled_from(MANY_ROW_COLS)), label="V")
-        n = draw(many_rows_count(cols), label="rows")
+        # one case in two every row is confident about one target class (the target logit c + gap,
+        # the others c): row losses about (V - 1) e^-gap, from 2e-2 down to 1e-7, so the rows'
+        # shares of a mean (loss / N) are float16 subnormals over a few hundred rows and flush to
+        # 0 over thousands, where a reduction through the 16-bit dtype loses them (a mean formed
+        # from 16-bit partials). Such cases hold 2 or 3 classes and the top of the row budget (the
+        # most rows it holds: the error of such a reduction grows with the row count), are reduced
+        # ("mean" or "sum") and not smoothed (smoothing adds about eps * gap to each loss). A branch of its own, drawn first: as a third of the cases, with the class count,
+        # pattern and options drawn for the others, the search of 400 cases that must catch such
+        # a reduction (properties/mutants/ce_mean_16bit_partials.py) missed it in 3 of 5 seeds.
+        confident = draw(st.booleans(), label="confident_rows")
+        # else half the time 2 or 3 classes too: the most rows the element budget holds with a
+        # loss that depends on the logits (V = 1, every loss exactly 0, stays among MANY_ROW_COLS)
+        cols = draw(st.integers(2, 3) if confident else st.one_of(st.integers(2, 3), st.sampled_from(MANY_ROW_COLS)),
+                    label="V")
+        n = draw(many_rows_count(cols, top_only=confident), label="rows")
+        layout = draw(_flat_layouts(), label="layout")
         ignore_index, reduction, eps = draw(ce_options(), label="options")
-        reduction = draw(st.one_of(st.just("mean"), st.just(reduction)), label="reduction")
-        inp = Input(draw(many_row_logits(n, cols, dtype), label="logits"), (n,), draw(_flat_layouts(), label="layout"))
-        targets = draw(ce_target_pattern(n, cols, ignore_index), label="target")
-        # a third of the time, with one target class for every row, every row confident about it
-        # (the target logit c + gap, the others c): row losses about (V - 1) e^-gap, from 2e-2 down
-        # to 1e-7, so the rows' shares of a mean (loss / N) are float16 subnormals over a few
-        # hundred rows and flush to 0 over thousands, where a reduction through the 16-bit dtype
-        # loses them (a mean formed from 16-bit partials)
-        gap = draw(st.sampled_from([0, 0, 0, 4, 8, 12, 16]), label="confident_gap")
-        t0 = targets.values[0]
-        if gap and len(targets.values) == 1 and 0 <= t0 < cols:
+        if confident:
+            t0 = draw(st.integers(0, cols - 1), label="confident_target")
+            t0 = (t0 + 1) % cols if t0 == ignore_index else t0
+            gap = draw(st.sampled_from([4, 8, 12, 16]), label="confident_gap")
             c = draw(st.integers(-8, 8), label="base")
+            reduction = draw(st.sampled_from(["mean", "sum"]), label="reduction")
+            targets = Targets((t0,), draw(st.sampled_from(["int64", "int32"]), label="target_dtype"), 1, n)
             inp = Input(Logits(n, cols, dtype_name(dtype), ("const", float(c)), ((-1, t0, t0 + 1, float(c + gap)),),
-                               family="confident_rows"), inp.batch, inp.layout)
+                               family="confident_rows"), (n,), layout)
+            eps = 0.0
+        else:
+            reduction = draw(st.one_of(st.just("mean"), st.just(reduction)), label="reduction")
+            inp = Input(draw(many_row_logits(n, cols, dtype), label="logits"), (n,), layout)
+            targets = draw(ce_target_pattern(n, cols, ignore_index), label="target")
         dl = draw(dlosses(reduction), label="dloss") if op_name == "cross_entropy_backward" else None
         return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl)
     families = families or FAMILIES
