@@ -253,9 +253,9 @@ def _online_merge(M, S, mc, sc):
 # The looped kernels' cache hints: the first pass's loads are kept in the caches (the second pass
 # reads the row again), the second pass's loads and the outputs are the first evicted (nothing
 # reads them again), so more of the rows in flight are still in L2 when their second pass comes.
-# On the H200, rows of 65536: bf16 forward 0.66 -> 0.72 of copy, backward 0.61 -> 0.62, float32
-# 0.73 -> 0.83 and 0.70 -> 0.77; rows of 262144 (512 KB-1 MB each, far more in flight than the
-# L2 holds) within 0.01 either way; bitwise the same results (docs/results.md, source N).
+# Rows of 65536 on the H200, softmax: bf16 forward 0.64 -> 0.70 of copy, backward 0.59 -> 0.61,
+# float32 0.71 -> 0.80 and 0.68 -> 0.75 (docs/results.md, sources B and N); rows of 262144
+# (512 KB-1 MB each, far more in flight than the L2 holds) unchanged. Results bitwise the same.
 _KEEP: tl.constexpr = tl.constexpr("evict_last")
 _DONE: tl.constexpr = tl.constexpr("evict_first")
 
