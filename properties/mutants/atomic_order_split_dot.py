@@ -63,4 +63,5 @@ def softmax_backward(y, dy):
     return dx.reshape(y.shape)
 
 
+OP = "softmax_backward"  # the op it breaks: split dot product summed by float atomics
 CAUGHT_BY = ('deterministic',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

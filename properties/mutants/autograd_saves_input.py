@@ -26,4 +26,5 @@ def softmax(x):
     return _Softmax.apply(x)
 
 
+OP = "softmax"  # the op it breaks: differentiable; the backward uses x for y
 CAUGHT_BY = ('gradcheck_float64',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

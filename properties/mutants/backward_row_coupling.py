@@ -33,4 +33,5 @@ def softmax_backward(y, dy):
     return dx.reshape(y.shape)
 
 
+OP = "softmax_backward"  # the op it breaks
 CAUGHT_BY = ('row_independence',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

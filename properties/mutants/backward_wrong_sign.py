@@ -23,4 +23,5 @@ def log_softmax_backward(z, dz):
     return launch_backward(_kernel, z, dz, "log_softmax_backward")
 
 
+OP = "log_softmax_backward"  # the op it breaks
 CAUGHT_BY = ('vjp_rows_sum_to_zero',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -37,4 +37,5 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return _CrossEntropy.apply(logits, target, ignore_index, reduction, float(label_smoothing))
 
 
+OP = "cross_entropy"  # the op it breaks: backward writes into the saved logits
 CAUGHT_BY = ('autograd_composition',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

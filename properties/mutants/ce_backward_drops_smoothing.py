@@ -29,4 +29,5 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return launch_backward(_kernel, logits, target, dloss, ignore_index, reduction, float(label_smoothing))
 
 
+OP = "cross_entropy_backward"  # the op it breaks: -eps/V missing from the gradient
 CAUGHT_BY = ('ce_gradient_rows_sum_to_zero',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

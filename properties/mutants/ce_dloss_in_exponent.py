@@ -32,4 +32,5 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return dx.reshape(logits.shape).to(logits.dtype)
 
 
+OP = "cross_entropy_backward"  # the op it breaks: exp(x - lse + log|scale|): not bitwise linear
 CAUGHT_BY = ('ce_gradient_linear_in_dloss_bitwise',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

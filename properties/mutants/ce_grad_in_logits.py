@@ -15,4 +15,5 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return dx
 
 
+OP = "cross_entropy_backward"  # the op it breaks: gradient written over the logits
 CAUGHT_BY = ('inputs_unmodified',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -18,4 +18,5 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return _ce.reduce_loss(rows, target, ignore_index, reduction, logits.dtype)
 
 
+OP = "cross_entropy"  # the op it breaks: loss * mask: 0 * NaN
 CAUGHT_BY = ('ce_ignored_rows_do_not_count',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -17,4 +17,5 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return dx.reshape(logits.shape).to(logits.dtype)
 
 
+OP = "cross_entropy_backward"  # the op it breaks: torch's NaN on ignored non-finite rows
 CAUGHT_BY = ('ce_ignored_nonfinite_rows_zero_gradient',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

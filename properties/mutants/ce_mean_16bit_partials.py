@@ -24,4 +24,5 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return shares.float().sum().to(logits.dtype)
 
 
+OP = "cross_entropy"  # the op it breaks: each row's loss / N stored in fp16 / bf16
 CAUGHT_BY = ('many_rows_match_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

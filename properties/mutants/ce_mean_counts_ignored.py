@@ -17,4 +17,5 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return _ce.reduce_loss(rows, target, ignore_index, reduction, logits.dtype)
 
 
+OP = "cross_entropy"  # the op it breaks: mean divides by all rows
 CAUGHT_BY = ('ce_matches_oracle', 'ce_reductions_agree')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -27,4 +27,5 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return launch_forward(_kernel, logits, target, ignore_index, reduction, float(label_smoothing))
 
 
+OP = "cross_entropy"  # the op it breaks: log(sum(exp(x)))
 CAUGHT_BY = ('ce_shift_invariance',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -13,4 +13,5 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return _ce.reduce_loss(rows, target, ignore_index, reduction, logits.dtype)
 
 
+OP = "cross_entropy"  # the op it breaks: out-of-range targets not rejected
 CAUGHT_BY = ('ce_out_of_range_target_raises',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

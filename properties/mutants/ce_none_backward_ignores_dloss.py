@@ -18,4 +18,5 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return _ce.backward_rows(logits, target, dloss, lse, ignore_index, reduction, float(label_smoothing))
 
 
+OP = "cross_entropy_backward"  # the op it breaks: reduction="none" drops dloss
 CAUGHT_BY = ('ce_matches_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

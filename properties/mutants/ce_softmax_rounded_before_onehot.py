@@ -30,4 +30,5 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     return launch_backward(_kernel, logits, target, dloss, ignore_index, reduction, float(label_smoothing))
 
 
+OP = "cross_entropy_backward"  # the op it breaks: p rounded to bf16, then p - 1
 CAUGHT_BY = ('ce_confident_bf16_rows_keep_gradient',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -55,4 +55,5 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return _ce.reduce_loss(loss, target, ignore_index, reduction, logits.dtype)
 
 
+OP = "cross_entropy"  # the op it breaks: 64-row programs counted with floor division, N >= 2048
 CAUGHT_BY = ('many_rows_match_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -32,4 +32,5 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
     return launch_forward(_kernel, logits, target, ignore_index, reduction, float(label_smoothing))
 
 
+OP = "cross_entropy"  # the op it breaks: the last V % 64 classes never enter the lse
 CAUGHT_BY = ('ce_loss_nonnegative', 'ce_loss_is_lse_minus_target_logit')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

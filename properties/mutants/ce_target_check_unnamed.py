@@ -13,4 +13,5 @@ def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_
                                  label_smoothing=label_smoothing)
 
 
+OP = "cross_entropy"  # the op it breaks: IndexError without naming the target
 CAUGHT_BY = ('ce_out_of_range_target_named',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -30,4 +30,5 @@ def softmax(x):
     return y
 
 
+OP = "softmax"  # the op it breaks
 CAUGHT_BY = ('layout_invariance',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -27,4 +27,5 @@ def softmax(x):
     return y
 
 
+OP = "softmax"  # the op it breaks
 CAUGHT_BY = ('inputs_unmodified',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -23,4 +23,5 @@ def log_softmax(x):
     return launch_forward(_kernel, x, "log_softmax")
 
 
+OP = "log_softmax"  # the op it breaks
 CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

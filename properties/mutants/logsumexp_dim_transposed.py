@@ -13,4 +13,5 @@ def logsumexp(x, dim=-1):
     return _lse(x)
 
 
+OP = "logsumexp"  # the op it breaks: takes dim=; transpose where movedim is meant
 CAUGHT_BY = ('dim_argument',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

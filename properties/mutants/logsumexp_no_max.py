@@ -28,4 +28,5 @@ def logsumexp(x):
     return out.reshape(x.shape[:-1])
 
 
+OP = "logsumexp"  # the op it breaks
 CAUGHT_BY = ('matches_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

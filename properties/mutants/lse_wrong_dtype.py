@@ -10,4 +10,5 @@ def logsumexp(x):
     return out.to(x.dtype)  # BUG: the contract is float32 for 16/32-bit input
 
 
+OP = "logsumexp"  # the op it breaks
 CAUGHT_BY = ('output_dtype_and_shape',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -35,4 +35,5 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return launch(_kernel, o_a, lse_a, o_b, lse_b, "attention_merge", concat=False)
 
 
+OP = "attention_merge"  # the op it breaks: lse_a + log(1 + exp(lse_b - lse_a)), lse_a = -inf
 CAUGHT_BY = ('merge_commutative', 'merge_associative', 'merge_identity')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

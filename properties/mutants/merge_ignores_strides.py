@@ -28,4 +28,5 @@ def softmax_merge(p_a, lse_a, p_b, lse_b):
     return _merge(_as_if_contiguous(p_a), lse_a, _as_if_contiguous(p_b), lse_b)
 
 
+OP = "softmax_merge"  # the op it breaks: states read as if contiguous
 CAUGHT_BY = ('merge_layout_invariance',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -15,4 +15,5 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return o, lse
 
 
+OP = "attention_merge"  # the op it breaks: writes the result over the first state
 CAUGHT_BY = ('inputs_unmodified',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

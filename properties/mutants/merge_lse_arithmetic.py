@@ -29,4 +29,5 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return launch(_kernel, o_a, lse_a, o_b, lse_b, "attention_merge", concat=False)
 
 
+OP = "attention_merge"  # the op it breaks: lse = -inf treated arithmetically (0 * NaN)
 CAUGHT_BY = ('merge_identity_bitwise', 'merge_tree_matches_one_shot', 'merge_tree_with_garbage_states')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -36,4 +36,5 @@ def softmax_merge(p_a, lse_a, p_b, lse_b):
     return launch(_kernel, p_a, lse_a, p_b, lse_b, "softmax_merge", concat=True)
 
 
+OP = "softmax_merge"  # the op it breaks: merged lse = max(lse_a, lse_b)
 CAUGHT_BY = ('merge_step_matches_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -16,4 +16,5 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return o.to(o_a.dtype), lse.to(lse_a.dtype)
 
 
+OP = "attention_merge"  # the op it breaks: float32 or float64 by layout and batch
 CAUGHT_BY = ('merge_layout_invariance_bitwise',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -46,4 +46,5 @@ def merge_states(o, lse):
     return launch_states(_kernel, o, lse)
 
 
+OP = "merge_states"  # the op it breaks: empty states' values times 0
 CAUGHT_BY = ('merge_states_empty_garbage_ignored',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

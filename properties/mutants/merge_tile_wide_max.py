@@ -54,4 +54,5 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return out.reshape(o_a.shape), lse.reshape(lse_a.shape)
 
 
+OP = "attention_merge"  # the op it breaks: one shift for a tile of rows
 CAUGHT_BY = ('merge_row_independence', 'merge_row_independence_bitwise')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -22,4 +22,5 @@ def softmax(x):
     return launch_forward(_kernel, x, "softmax")
 
 
+OP = "softmax"  # the op it breaks
 CAUGHT_BY = ('matches_oracle', 'shift_invariance')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -25,4 +25,5 @@ def softmax(x, dim=-1):
     return out.movedim(-1, dim) if moved else out
 
 
+OP = "softmax"  # the op it breaks: sum order depends on layout, dim and other rows
 CAUGHT_BY = ('layout_invariance_bitwise', 'dim_argument_bitwise', 'row_independence_bitwise')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

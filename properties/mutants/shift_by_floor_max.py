@@ -17,4 +17,5 @@ def softmax(x):
     return (e / e.sum(-1, keepdim=True)).to(x.dtype)
 
 
+OP = "softmax"  # the op it breaks: subtracts floor(max): accurate, not bitwise shift-invariant
 CAUGHT_BY = ('shift_invariance_bitwise',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

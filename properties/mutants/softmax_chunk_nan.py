@@ -57,4 +57,5 @@ def softmax(x):
     return y.reshape(x.shape)
 
 
+OP = "softmax"  # the op it breaks: 2048-column chunks, NaN for a chunk of -inf only
 CAUGHT_BY = ('masked_chunks_match_oracle',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -24,4 +24,5 @@ def softmax(x):
     return launch_forward(_kernel, x, "softmax")
 
 
+OP = "softmax"  # the op it breaks
 CAUGHT_BY = ('unit_row_sums',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

@@ -23,5 +23,6 @@ def softmax_backward(y, dy):
     return launch_backward(_kernel, y, dy, "softmax_backward")
 
 
+OP = "softmax_backward"  # the op it breaks
 CAUGHT_BY = ('matches_oracle', 'vjp_rows_sum_to_zero', 'vjp_matches_fp64_autograd', 'vjp_matches_finite_differences',
              'softmax_vjp_within_cotangent_spread')  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

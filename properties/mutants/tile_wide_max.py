@@ -34,4 +34,5 @@ def softmax(x):
     return y.reshape(x.shape)
 
 
+OP = "softmax"  # the op it breaks
 CAUGHT_BY = ('row_independence',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

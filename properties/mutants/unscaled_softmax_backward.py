@@ -12,4 +12,5 @@ def softmax_backward(y, dy):
     return (y32 * (g32 - (y32 * g32).sum(-1, keepdim=True))).to(y.dtype)  # BUG: no scaling near finfo.max
 
 
+OP = "softmax_backward"  # the op it breaks: textbook float32 VJP, overflows near finfo.max
 CAUGHT_BY = ('matches_oracle_strict',)  # the invariants that catch it on their own (properties/selftest/test_mutants.py)

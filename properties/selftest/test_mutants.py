@@ -28,65 +28,14 @@ from ..invariants import REGISTRY
 from ..ops import OPS, Target
 from ..targets import OWN_KERNELS
 
-MUTANTS = {  # module in properties/mutants -> the op it breaks
-    "no_max_subtraction": "softmax",
-    "sum_g_backward": "softmax_backward",
-    "masked_lanes_zero": "softmax",
-    "masked_rows_zero": "softmax",
-    "nan_dropped": "softmax",
-    "log_of_softmax": "log_softmax",
-    "logsumexp_no_max": "logsumexp",
-    "low_precision_sum": "softmax",
-    "ignores_strides": "softmax",
-    "backward_wrong_sign": "log_softmax_backward",
-    "tile_wide_max": "softmax",
-    "first_block_only": "softmax",  # needs a row longer than 1024
-    "in_place": "softmax",
-    "lse_wrong_dtype": "logsumexp",
-    "softmax_via_rounded_lse": "softmax",
-    "swapped_columns": "softmax",
-    "backward_row_coupling": "softmax_backward",
-    "merge_lse_arithmetic": "attention_merge",  # lse = -inf treated arithmetically (0 * NaN)
-    "merge_lse_max": "softmax_merge",  # merged lse = max(lse_a, lse_b)
-    "ce_mean_counts_ignored": "cross_entropy",  # mean divides by all rows
-    "ce_none_backward_ignores_dloss": "cross_entropy_backward",  # reduction="none" drops dloss
-    # a mutant for every invariant that none of the above catches on its own
-    "log_softmax_float32_lse": "log_softmax",  # float64 rows through a float32 lse buffer
-    "autograd_saves_input": "softmax",  # differentiable; the backward uses x for y
-    "logsumexp_dim_transposed": "logsumexp",  # takes dim=; transpose where movedim is meant
-    "atomic_order_split_dot": "softmax_backward",  # split dot product summed by float atomics
-    "merge_first_state_unguarded": "attention_merge",  # lse_a + log(1 + exp(lse_b - lse_a)), lse_a = -inf
-    "merge_in_place": "attention_merge",  # writes the result over the first state
-    "merge_ignores_strides": "softmax_merge",  # states read as if contiguous
-    "merge_tile_wide_max": "attention_merge",  # one shift for a tile of rows
-    "ce_tail_tile_dropped": "cross_entropy",  # the last V % 64 classes never enter the lse
-    "ce_no_max_subtraction": "cross_entropy",  # log(sum(exp(x)))
-    "ce_backward_drops_smoothing": "cross_entropy_backward",  # -eps/V missing from the gradient
-    "ce_softmax_rounded_before_onehot": "cross_entropy_backward",  # p rounded to bf16, then p - 1
-    "ce_ignored_grad_unwritten": "cross_entropy_backward",  # ignored rows left as torch.empty
-    "ce_ignored_mask_multiply": "cross_entropy",  # loss * mask: 0 * NaN
-    "ce_dloss_strides_ignored": "cross_entropy_backward",  # dloss read with a unit stride
-    "ce_grad_in_logits": "cross_entropy_backward",  # gradient written over the logits
-    "ce_no_target_check": "cross_entropy",  # out-of-range targets not rejected
-    # the strict tier's laws, each caught alone by a mutant that every default-tier law accepts
-    "unscaled_softmax_backward": "softmax_backward",  # textbook float32 VJP, overflows near finfo.max
-    "shift_by_floor_max": "softmax",  # subtracts floor(max): accurate, not bitwise shift-invariant
-    "path_dependent_sum_order": "softmax",  # sum order depends on layout, dim and other rows
-    "merge_path_dependent_rounding": "attention_merge",  # float32 or float64 by layout and batch
-    "ce_float32_row_losses": "cross_entropy",  # float32 row losses: inf mean at +-finfo.max
-    "ce_ignored_rows_nan_gradient": "cross_entropy_backward",  # torch's NaN on ignored non-finite rows
-    "ce_dloss_in_exponent": "cross_entropy_backward",  # exp(x - lse + log|scale|): not bitwise linear
-    "ce_target_check_unnamed": "cross_entropy",  # IndexError without naming the target
-    # the coverage review: misses of the strategies and contract before many rows, merge_states,
-    # autograd composition and -inf chunks at undeclared powers of two
-    "ce_tail_rows_dropped": "cross_entropy",  # 64-row programs counted with floor division, N >= 2048
-    "ce_mean_16bit_partials": "cross_entropy",  # each row's loss / N stored in fp16 / bf16
-    "ce_autograd_grad_in_saved_logits": "cross_entropy",  # backward writes into the saved logits
-    "softmax_chunk_nan": "softmax",  # 2048-column chunks, NaN for a chunk of -inf only
-    "merge_states_max_init": "merge_states",  # running max starts at -5e4
-    "merge_states_unguarded_running_max": "merge_states",  # -inf - -inf once two empty states lead
-    "merge_states_garbage_arithmetic": "merge_states",  # empty states' values times 0
-}
+def _declared(name: str, attr: str, default=None):
+    """What the mutant module properties/mutants/NAME.py declares as attr (OP, CAUGHT_BY)."""
+    return getattr(importlib.import_module(f"{mutants.__name__}.{name}"), attr, default)
+
+
+# every module in properties/mutants -> the op it breaks (its OP): adding a mutant adds one file
+MUTANTS = {m.name: _declared(m.name, "OP") for m in sorted(pkgutil.iter_modules(mutants.__path__), key=lambda m: m.name)
+           if not m.name.startswith("_")}
 
 # mutants whose counterexamples need hundreds of rows (float16-subnormal shares of a mean): the
 # pair search reports its first catch unshrunk (shrinking re-runs thousand-row cases in the
@@ -241,7 +190,7 @@ def test_control_correct_kernels_are_not_caught(op, target):
 # ----------------------------------------------------------------------------------------------
 def caught_by(name: str) -> tuple:
     """The invariants a mutant module declares will catch it (its CAUGHT_BY)."""
-    return tuple(getattr(importlib.import_module(f"{mutants.__name__}.{name}"), "CAUGHT_BY", ()))
+    return tuple(_declared(name, "CAUGHT_BY", ()))
 
 
 CAUGHT = [pytest.param(name, inv, id=f"{name}-{inv}") for name in sorted(MUTANTS) for inv in caught_by(name)]
@@ -255,12 +204,14 @@ PAIR_LIMITS_FOR = {"first_block_only": "ci", "ce_tail_rows_dropped": "ci", "ce_m
 
 
 def test_zoo_covers_every_invariant(target):
-    """Every module in properties/mutants/ is in MUTANTS and declares CAUGHT_BY: registered
-    invariants that the suite runs on the module's op; and together they name every invariant in
-    the registry, so each invariant has a mutant that it alone catches (checked pair by pair in
+    """Every module in properties/mutants/ declares OP, a registered op it defines, and CAUGHT_BY:
+    registered invariants that the suite runs on that op; and together they name every invariant
+    in the registry, so each invariant has a mutant that it alone catches (checked pair by pair in
     test_invariant_catches_mutant)."""
-    modules = {m.name for m in pkgutil.iter_modules(mutants.__path__) if not m.name.startswith("_")}
-    assert modules == set(MUTANTS), f"mutants not in MUTANTS: {modules - set(MUTANTS)}; missing: {set(MUTANTS) - modules}"
+    undeclared = sorted(name for name, op in MUTANTS.items() if op not in OPS)
+    assert not undeclared, f"mutants whose OP is missing or not a registered op ({sorted(OPS)}): {undeclared}"
+    undefined = sorted(name for name, op in MUTANTS.items() if not callable(_declared(name, op)))
+    assert not undefined, f"mutants that do not define the op their OP names: {undefined}"
     names = {inv.name: inv for inv in REGISTRY}
     covered = set()
     for name, op in MUTANTS.items():
