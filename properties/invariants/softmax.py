@@ -424,11 +424,11 @@ def layout_invariance(case, target, strict=False):
            call=f"{case.call_code()}  # vs the same on .contiguous() copies")
 
 
-def _poison_other_rows(t: torch.Tensor, dtype) -> torch.Tensor:
+def _poison_other_rows(t: torch.Tensor, dtype, junk=(math.nan, math.inf, -math.inf, "max")) -> torch.Tensor:
     """A copy of t in t's own layout (strides, storage offset, the gaps of its storage) whose rows
-    1.. hold NaN, inf, -inf and finfo.max in turn, row 0 t's own values. A tensor with a stride-0
-    (expanded) batch axis cannot hold other rows' values apart from row 0: it is copied
-    contiguously first."""
+    1.. hold the junk values in turn ("max": finfo.max, "-max" its negative), row 0 t's own values.
+    A tensor with a stride-0 (expanded) batch axis cannot hold other rows' values apart from row
+    0: it is copied contiguously first."""
     lead = t.shape[:-1]
     if t.numel() == 0 or any(st_ == 0 and n > 1 for st_, n in zip(t.stride()[:-1], lead)):
         p = t.contiguous().clone()
@@ -437,30 +437,39 @@ def _poison_other_rows(t: torch.Tensor, dtype) -> torch.Tensor:
             t.untyped_storage().clone(), t.storage_offset(), t.shape, t.stride())
     if p.numel():
         r = torch.arange(math.prod(lead), device=t.device).reshape(*lead, 1)
-        junk = torch.tensor([float("nan"), float("inf"), -float("inf"), torch.finfo(dtype).max],
-                            dtype=torch.float64, device=t.device)[r % 4].to(t.dtype)
+        big = torch.finfo(dtype).max
+        vals = [big if v == "max" else -big if v == "-max" else v for v in junk]
+        junk = torch.tensor(vals, dtype=torch.float64, device=t.device)[r % len(vals)].to(t.dtype)
         p.copy_(torch.where(r == 0, p, junk))
     return p
 
 
+# what row_independence writes over the other rows: non-finite values, and finite extremes (a
+# kernel may pick its path from whether the batch holds a non-finite value: then only one of the
+# two differs from the input in that respect)
+_JUNK = {"nan/inf/-inf/max": (math.nan, math.inf, -math.inf, "max"), "max/-max/0/1": ("max", "-max", 0.0, 1.0)}
+
+
 @invariant(softmax_family, strict="row_independence_bitwise")
 def row_independence(case, target, strict=False):
-    """Each row's result depends on that row alone: overwriting every other row (with NaN, inf and
-    huge values, in the input's own layout) leaves row 0 of the output unchanged. default: within
-    the two calls' oracle tolerances, as every law comparing two calls of a kernel that may pick
-    its code path (and so its rounding) from what it is given; strict (row_independence_bitwise):
-    bitwise."""
+    """Each row's result depends on that row alone: overwriting every other row (in the input's
+    own layout) with NaN, inf, -inf and finfo.max in turn, or with finite values only (+-finfo.max,
+    0, 1), leaves row 0 of the output unchanged. default: within the two calls' oracle tolerances,
+    as every law comparing two calls of a kernel that may pick its code path (and so its rounding)
+    from what it is given; strict (row_independence_bitwise): bitwise. (A kernel whose sum order
+    changes with whether the batch holds a non-finite value shows it against the finite junk
+    when the input holds one outside row 0, against the non-finite junk when it holds none.)"""
     args = case.tensors(target.device)
     lead = args[0].shape[:-1]
     assume(len(lead) >= 1 and math.prod(lead) >= 2 and args[0].shape[-1] >= 1)
     a = op_call(case, target, *args)
-    poisoned = [_poison_other_rows(t, case.dtype) for t in args]
-    b = op_call(case, target, *poisoned)
     a0 = a.reshape(-1, *a.shape[len(lead):])[:1]
-    b0 = b.reshape(-1, *b.shape[len(lead):])[:1]
     row0 = [t.reshape(-1, t.shape[-1])[:1] if t.shape[:-1] == lead else t for t in args]
-    _agree(case, target, b0, a0, row0, strict, "row 0 changed when other rows changed",
-           call=f"out = target.{case.op}(...)  # rows 1.. replaced by nan/inf/-inf/max")
+    for name, junk in _JUNK.items():
+        b = op_call(case, target, *[_poison_other_rows(t, case.dtype, junk) for t in args])
+        b0 = b.reshape(-1, *b.shape[len(lead):])[:1]
+        _agree(case, target, b0, a0, row0, strict, "row 0 changed when other rows changed",
+               call=f"out = target.{case.op}(...)  # rows 1.. replaced by {name}")
 
 
 @invariant(takes_dim, needs=("dim",), strict="dim_argument_bitwise")
