@@ -424,7 +424,7 @@ def layout_invariance(case, target, strict=False):
            call=f"{case.call_code()}  # vs the same on .contiguous() copies")
 
 
-def _poison_other_rows(t: torch.Tensor, dtype, junk=(math.nan, math.inf, -math.inf, "max")) -> torch.Tensor:
+def _poison_other_rows(t: torch.Tensor, dtype, junk: tuple) -> torch.Tensor:
     """A copy of t in t's own layout (strides, storage offset, the gaps of its storage) whose rows
     1.. hold the junk values in turn ("max": finfo.max, "-max" its negative), row 0 t's own values.
     A tensor with a stride-0 (expanded) batch axis cannot hold other rows' values apart from row
@@ -439,8 +439,8 @@ def _poison_other_rows(t: torch.Tensor, dtype, junk=(math.nan, math.inf, -math.i
         r = torch.arange(math.prod(lead), device=t.device).reshape(*lead, 1)
         big = torch.finfo(dtype).max
         vals = [big if v == "max" else -big if v == "-max" else v for v in junk]
-        junk = torch.tensor(vals, dtype=torch.float64, device=t.device)[r % len(vals)].to(t.dtype)
-        p.copy_(torch.where(r == 0, p, junk))
+        fill = torch.tensor(vals, dtype=torch.float64, device=t.device)[r % len(vals)].to(t.dtype)
+        p.copy_(torch.where(r == 0, p, fill))
     return p
 
 
