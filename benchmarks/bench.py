@@ -7,7 +7,7 @@ where that implementation does not apply). Each is timed with
 device-to-device copy measured in the same run, writes bench.json and one PNG per op and pass,
 and prints the table last.
 
-    python benchmarks/bench.py [--quick] [--only softmax,merge] [--impls ours,torch,compile,liger,fla] [--ds 128,4096] [--out DIR]
+    python benchmarks/bench.py [--quick] [--only softmax,merge] [--impls ours,torch,compile,liger,fla] [--ops softmax,logsumexp] [--ds 128,4096] [--out DIR]
     python benchmarks/bench.py --replot A.json [B.json ...] --out DIR   # plots only, no GPU
 
 --replot draws the PNGs from saved bench.json files (later files win for the same op, pass,
@@ -53,9 +53,9 @@ def module_cases(name, quick, impls, ds=None):
     return mod.cases(quick, **kw)
 
 
-def run_module(name, quick, impls, C, rows, ds=None):
+def run_module(name, quick, impls, C, rows, ds=None, ops=()):
     for case in module_cases(name, quick, impls, ds):
-        for impl, fn in case["impls"].items():
+        for impl, fn in case["impls"].items() if not ops or case["op"] in ops else ():
             if fn is None or impl not in impls:
                 continue
             try:
@@ -78,6 +78,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer row lengths")
     ap.add_argument("--only", default="", help="comma-separated case modules (softmax, merge, ce, ...)")
     ap.add_argument("--impls", default="ours,torch", help="implementations to time (ours, torch, compile, liger, fla: benchmarks/peers.py)")
+    ap.add_argument("--ops", default="", help="comma-separated ops to time (softmax, logsumexp, ...; default all)")
     ap.add_argument("--ds", default="", help="comma-separated row lengths, for modules that take them (softmax)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--replot", nargs="+", default=None, metavar="JSON", help="plot saved bench.json files, run nothing")
@@ -113,7 +114,8 @@ def main():
     try:
         for name in names:
             try:
-                run_module(name, args.quick, impls, C, rows, [int(d) for d in args.ds.split(",") if d])
+                run_module(name, args.quick, impls, C, rows, [int(d) for d in args.ds.split(",") if d],
+                           [o for o in args.ops.split(",") if o])
             except Exception as e:  # a broken case module must not cost the others' results
                 print(f"cases_{name}: {type(e).__name__}: {str(e)[:500]}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:  # cut by a time limit (timeout -s INT): keep what was measured

@@ -271,31 +271,41 @@ def _fwd_loop_kernel(
     likeliest still in L2) and writes them (output columns contiguous or strided, YCOL: a reduction
     over a non-last axis must take the same path as over the last one, bitwise).
 
-    Both passes load the next chunk before working on the current one (held as loaded words,
-    widened at use), so each program keeps two chunks in flight while it reduces: rows of 65536
-    on the H200, softmax forward bf16 0.72 -> 0.82 of copy, float32 0.82 -> 0.91, results bitwise
-    the same (docs/results.md). The last load of each pass is fully masked: no memory traffic."""
+    softmax and log_softmax load the next chunk before working on the current one (held as loaded
+    words, widened at use), in both passes, so each program keeps two chunks in flight while it
+    reduces: rows of 65536 on the H200, softmax forward bf16 0.72 -> 0.82 of copy, float32
+    0.82 -> 0.92, results bitwise the same (docs/results.md). The last load of each pass is fully
+    masked: no memory traffic. logsumexp does not: its single pass already ran at copy speed in
+    float32 (1.00), and the held chunk's registers cost it a program per SM (0.78)."""
     tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
     row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
     xrow = X + _row_off(row, n1, sx0, sx1, TWO_AXES)[:, None]
     M = tl.full([1], float("-inf"), tl.float64)
     S = tl.zeros([1], tl.float64)
     n_ck = tl.cdiv(n_cols, BLOCK_D)
-    cols = tl.arange(0, BLOCK_D)
-    xp = xrow + cols[None, :]
-    mask = (cols < n_cols)[None, :]
-    if VEC:
-        xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
-        mask = tl.max_constancy(mask, [1, 16])
-    xw = tl.load(xp, mask=mask, other=float("-inf"), eviction_policy=_KEEP)
+    if OP == 2:
+        xw = tl.zeros([1, BLOCK_D], X.dtype.element_ty)  # not carried: each chunk is used as loaded
+    else:
+        cols = tl.arange(0, BLOCK_D)
+        xp = xrow + cols[None, :]
+        mask = (cols < n_cols)[None, :]
+        if VEC:
+            xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
+            mask = tl.max_constancy(mask, [1, 16])
+        xw = tl.load(xp, mask=mask, other=float("-inf"), eviction_policy=_KEEP)
     for i in range(0, n_ck):
-        cols = (i + 1) * BLOCK_D + tl.arange(0, BLOCK_D)
+        if OP == 2:
+            cols = i * BLOCK_D + tl.arange(0, BLOCK_D)
+        else:
+            cols = (i + 1) * BLOCK_D + tl.arange(0, BLOCK_D)
         xp = xrow + cols[None, :]
         mask = (cols < n_cols)[None, :]
         if VEC:
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
             mask = tl.max_constancy(mask, [1, 16])
         xn = tl.load(xp, mask=mask, other=float("-inf"), eviction_policy=_KEEP)
+        if OP == 2:
+            xw = xn
         mc, sc, ms_c, d_c, e_c = _stats32(to_f32(xw), OP == 2 and X.dtype.element_ty.primitive_bitwidth == 16)
         M, S = _online_merge(M, S, mc.to(tl.float64), sc)
         xw = xn
