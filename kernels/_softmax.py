@@ -273,10 +273,10 @@ def _fwd_loop_kernel(
 
     softmax and log_softmax load the next chunk before working on the current one (held as loaded
     words, widened at use), in both passes, so each program keeps two chunks in flight while it
-    reduces: rows of 65536 on the H200, softmax forward bf16 0.72 -> 0.82 of copy, float32
-    0.82 -> 0.92, results bitwise the same (docs/results.md). The last load of each pass is fully
-    masked: no memory traffic. logsumexp does not: its single pass already ran at copy speed in
-    float32 (1.00), and the held chunk's registers cost it a program per SM (0.78)."""
+    reduces: rows of 65536 on the H200, softmax forward bf16 0.70 -> 0.79 of copy, float32
+    0.80 -> 0.90, results bitwise the same (docs/results.md, sources N and P). The last load of
+    each pass is fully masked: no memory traffic. logsumexp does not: the held chunk's registers
+    cost its float32 variant a program per SM (rows of 65536: 0.97 -> 0.76, sources P and Q)."""
     tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
     row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
     xrow = X + _row_off(row, n1, sx0, sx1, TWO_AXES)[:, None]
