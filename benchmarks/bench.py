@@ -55,7 +55,9 @@ def module_cases(name, quick, impls, ds=None):
 
 def run_module(name, quick, impls, C, rows, ds=None, ops=()):
     for case in module_cases(name, quick, impls, ds):
-        for impl, fn in case["impls"].items() if not ops or case["op"] in ops else ():
+        if ops and case["op"] not in ops:
+            continue
+        for impl, fn in case["impls"].items():
             if fn is None or impl not in impls:
                 continue
             try:
