@@ -122,6 +122,7 @@ def main():
                 print(f"cases_{name}: {type(e).__name__}: {str(e)[:500]}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:  # cut by a time limit (timeout -s INT): keep what was measured
         print(f"interrupted: {len(rows)} measurements kept", file=sys.stderr, flush=True)
+    os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump(dict(copy_gbs=C, device=torch.cuda.get_device_name(0), torch=torch.__version__,
                        triton=triton.__version__, rows=rows), f, indent=1)

@@ -275,15 +275,18 @@ def _fwd_loop_kernel(
     words, widened at use), in both passes, so each program keeps two chunks in flight while it
     reduces: rows of 65536 on the H200, softmax forward bf16 0.70 -> 0.79 of copy, float32
     0.80 -> 0.90, results bitwise the same (docs/results.md, sources N and P). The last load of
-    each pass is fully masked: no memory traffic. logsumexp does not: the held chunk's registers
-    cost its float32 variant a program per SM (rows of 65536: 0.97 -> 0.76, sources P and Q)."""
+    each pass is fully masked: no memory traffic. logsumexp does so for 16-bit rows only (bf16,
+    rows of 65536 / 262144: 0.69 / 0.65 -> 0.71 / 0.71, sources Q and R): the held chunk's
+    registers cost its float32 variant a program per SM (rows of 65536: 0.97 -> 0.76, P and Q)."""
     tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
     row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
     xrow = X + _row_off(row, n1, sx0, sx1, TWO_AXES)[:, None]
     M = tl.full([1], float("-inf"), tl.float64)
     S = tl.zeros([1], tl.float64)
     n_ck = tl.cdiv(n_cols, BLOCK_D)
-    if OP == 2:
+    # float32 logsumexp loads each chunk as it uses it (see above); every other variant prefetches
+    PREF: tl.constexpr = OP != 2 or X.dtype.element_ty.primitive_bitwidth == 16
+    if not PREF:
         xw = tl.zeros([1, BLOCK_D], X.dtype.element_ty)  # not carried: each chunk is used as loaded
     else:
         cols = tl.arange(0, BLOCK_D)
@@ -294,7 +297,7 @@ def _fwd_loop_kernel(
             mask = tl.max_constancy(mask, [1, 16])
         xw = tl.load(xp, mask=mask, other=float("-inf"), eviction_policy=_KEEP)
     for i in range(0, n_ck):
-        if OP == 2:
+        if not PREF:
             cols = i * BLOCK_D + tl.arange(0, BLOCK_D)
         else:
             cols = (i + 1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -304,7 +307,7 @@ def _fwd_loop_kernel(
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
             mask = tl.max_constancy(mask, [1, 16])
         xn = tl.load(xp, mask=mask, other=float("-inf"), eviction_policy=_KEEP)
-        if OP == 2:
+        if not PREF:
             xw = xn
         mc, sc, ms_c, d_c, e_c = _stats32(to_f32(xw), OP == 2 and X.dtype.element_ty.primitive_bitwidth == 16)
         M, S = _online_merge(M, S, mc.to(tl.float64), sc)
