@@ -3,11 +3,21 @@ search skip a (law, op) pair the target cannot be asked about, with the reason."
 from __future__ import annotations
 
 
+def device_reason(inv, target):
+    """Why inv cannot run where target runs (a law about CUDA semantics, on the CPU), or None."""
+    if "cuda" in inv.needs and not str(target.device).startswith("cuda"):
+        return f"the law needs a CUDA device; the target runs on {target.device}"
+    return None
+
+
 def skip_reason(inv, op, target):
     """Why inv cannot run on target's op (it lacks the op, a dim argument, autograd, or another op
-    the law needs), or None when it can."""
+    the law needs, or runs where the law cannot: device_reason), or None when it can."""
     if not target.has(op):
         return f"target {target.name} has no {op}"
+    where = device_reason(inv, target)
+    if where:
+        return where
     for need in inv.needs:
         if need == "dim" and not target.accepts_dim(op):
             return f"{target.name}.{op} takes no dim argument"

@@ -90,6 +90,45 @@ def poisoned_allocations():
         det.fill_uninitialized_memory = prev[2]
 
 
+# the side stream's head start in inputs_written_late: 10-20 ms at the clocks of current GPUs,
+# far longer than the host takes to launch an op's kernels (a merge tree's calls included)
+LATE_CYCLES = 20_000_000
+
+
+@contextlib.contextmanager
+def inputs_written_late(tensors, cycles: int = LATE_CYCLES):
+    """A side stream is current within the block, and the tensors' values are being written on it,
+    behind a kernel that spins for `cycles` clock cycles (torch.cuda._sleep), into copies with the
+    same sizes and strides that hold zeros until then; yields the copies. Work on the current
+    stream sees the values; a kernel launched on another stream that does not wait for it reads
+    the zeros. On exit the device is synchronized. CUDA tensors only."""
+    if not tensors:
+        yield ()
+        return
+    device = tensors[0].device
+    copies, pairs = [], []
+    for t in tensors:
+        if t.numel() == 0:
+            copies.append(t.clone())
+            continue
+        # the storage span the view reaches (its gaps and stride-0 repeats included), copied as
+        # one flat range, so that views with overlapping elements keep their geometry
+        span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+        flat = torch.zeros(span, dtype=t.dtype, device=t.device)
+        pairs.append((flat, torch.as_strided(t, (span,), (1,), t.storage_offset())))
+        copies.append(flat.as_strided(t.shape, t.stride(), 0))
+    torch.cuda.synchronize(device)  # the zeros are in place before the side stream starts
+    side = torch.cuda.Stream(device=device)
+    try:
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(cycles)
+            for flat, src in pairs:
+                flat.copy_(src)
+            yield tuple(copies)
+    finally:
+        torch.cuda.synchronize(device)
+
+
 def storage_bases(tensors) -> list:
     """The tensors whose storage each tensor views (itself when it is no view)."""
     return [t._base if t._base is not None else t for t in tensors]

@@ -22,7 +22,8 @@ TIERS = ("default", "strict")
 class Invariant:
     """A registered law. applies(spec) -> bool: the ops it checks (by their specs' attributes);
     needs: target capabilities ("dim": the function takes ``dim=``, "autograd": its output is
-    differentiable, "op:NAME": a partner op the law calls); families: restrict the first input's
+    differentiable, "op:NAME": a partner op the law calls, "cuda": the target runs on a CUDA
+    device); families: restrict the first input's
     logit family (or name a marker family of strategies: MANY_ROWS, MASKED_CHUNKS), None for all;
     max_cols: a cap on row length (for checks that cost O(D) evaluations per column);
     max_examples: a cap on the profile's examples per test (for laws whose every example costs
@@ -71,7 +72,9 @@ def _named(name: str, tier: str, check: Callable, like: Callable) -> Callable:
 def invariant(applies: Callable, *, needs=(), families=None, max_cols=None, tier="default", strict=None,
               max_examples=None):
     """Register fn as a law of the given tier for every op whose spec `applies` accepts. ``needs``:
-    target capabilities ("dim", "autograd", or "op:NAME", a partner op the law calls). ``strict``:
+    target capabilities ("dim", "autograd", or "op:NAME", a partner op the law calls) or "cuda"
+    (the law is about CUDA semantics, such as streams: skipped where the target runs on the CPU,
+    the interpreter's runs included). ``strict``:
     the name of fn's strict-tier twin, registered too: the same law called with ``strict=True``
     (the bitwise or untoleranced form of a law whose default form is toleranced). Returns the
     default form, reporting under its own name."""
@@ -80,8 +83,8 @@ def invariant(applies: Callable, *, needs=(), families=None, max_cols=None, tier
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
     for need in needs:
-        if need not in ("dim", "autograd") and not need.startswith("op:"):
-            raise ValueError(f"needs: each entry must be 'dim', 'autograd' or 'op:NAME', got {need!r}")
+        if need not in ("dim", "autograd", "cuda") and not need.startswith("op:"):
+            raise ValueError(f"needs: each entry must be 'dim', 'autograd', 'cuda' or 'op:NAME', got {need!r}")
 
     def deco(fn):
         def add(name, check, t):

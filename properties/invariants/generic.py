@@ -11,8 +11,8 @@ from hypothesis import assume
 
 from .. import tolerances as T
 from ..strategies import MANY_ROWS
-from ._checks import (assert_bitwise, call_op, check_oracle, expect_outputs, outputs, poisoned_allocations,
-                      storage_bases, worst)
+from ._checks import (assert_bitwise, bits_equal, call_op, check_oracle, expect_outputs, inputs_written_late, outputs,
+                      poisoned_allocations, storage_bases, worst)
 from ._registry import fail, invariant
 
 
@@ -63,6 +63,45 @@ def deterministic(case, target):
     b = call_op(case, target, args)
     for x, y in zip(outputs(b), outputs(a)):
         assert_bitwise(case, target, x, y, "repeat call differs")
+
+
+# examples of follows_current_stream: the bug does not depend on the values, and each example
+# waits out the side stream's head start (inputs_written_late, ~10 ms)
+STREAM_EXAMPLES = 50
+
+
+@invariant(every_op, needs=("cuda",), max_examples=STREAM_EXAMPLES)
+def follows_current_stream(case, target):
+    """The op works on torch's current stream. With a side stream current, the inputs are written
+    on it behind a long-running kernel and the op is called at once (inputs_written_late); its
+    outputs, copied on the side stream right after the call and read once the device is done,
+    equal bitwise those of a call on the default stream. A kernel launched on the default stream,
+    or on a stream of its own that does not wait for the caller's, reads the inputs before they
+    are written (the zeros they held); one that waits but does not make the caller wait has its
+    outputs read before they are written. Cases whose two calls on the default stream differ are
+    left to `deterministic`. Tier default: every CUDA op of PyTorch runs on the current stream (its
+    CUDA semantics), Triton launches there, and a kernel that does not breaks every caller that
+    overlaps work on streams (data loading, communication, graph capture on a side stream). On a
+    CUDA device only; STREAM_EXAMPLES examples."""
+    args = case.tensors(target.device)
+    want = [o.clone() for o in outputs(call_op(case, target, args))]
+    again = outputs(call_op(case, target, args))
+    assume(len(again) == len(want) and all(a.shape == w.shape and a.dtype == w.dtype and bool(bits_equal(a, w).all())
+                                           for a, w in zip(again, want)))
+    with inputs_written_late(args) as late:
+        got = [o.clone() for o in outputs(call_op(case, target, list(late)))]
+    names = ", ".join(case.tensor_names()) + ","
+    call = "\n".join(
+        ["from softmax_properties.properties.invariants._checks import inputs_written_late",
+         "# expected: the same call outside the block (on the default stream), bitwise",
+         f"with inputs_written_late(({names})) as ({names}):"]
+        + ["    " + line for line in case.call_code().splitlines()]
+        + ["    out = tuple(o.clone() for o in out) if isinstance(out, (tuple, list)) else out.clone()  # on the side stream"])
+    if len(got) != len(want):
+        fail(case, target, f"{len(got)} outputs on a side stream, {len(want)} on the default stream", call=call)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert_bitwise(case, target, g, w, f"output {k + 1} on a side stream (inputs written on it just before the call) "
+                       "differs from the default stream's", call)
 
 
 @invariant(every_op)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import Phase, find, given, settings, strategies as st
 
 from softmax_properties import kernels
 from softmax_properties import oracles
@@ -940,3 +940,99 @@ def _in_mode(mode, fn):
     with mode:
         return fn()
 
+
+
+class _NoStreams:
+    """torch.cuda's stream calls made no-ops, for running follows_current_stream's machinery on
+    the CPU: the side stream's copies then happen where inputs_written_late issues them (on a GPU,
+    in stream order, behind the spinning kernel)."""
+
+    def __init__(self, monkeypatch):
+        self.sleeps = []
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+        monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: object())
+        monkeypatch.setattr(torch.cuda, "stream", lambda s: _null())
+        monkeypatch.setattr(torch.cuda, "_sleep", self.sleeps.append)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_inputs_written_late_copies_every_layout(monkeypatch):
+    """The copies inputs_written_late yields have each input's shape, strides and values, views
+    with gaps, a storage offset and stride-0 (overlapping) axes included, and hold zeros until
+    the side stream writes them (behind its spinning kernel)."""
+    from ..invariants._checks import LATE_CYCLES, inputs_written_late
+    streams = _NoStreams(monkeypatch)
+    base = torch.arange(1.0, 61.0, dtype=torch.float64).reshape(6, 10)
+    tensors = [base[1:5, 2:9:2], base.t(), base[2, :4].expand(3, 4), base[:0], torch.tensor([3, 0, 2]),
+               base.to(torch.bfloat16)[::2]]
+    seen_zeros = []
+    monkeypatch.setattr(torch.Tensor, "copy_", _recording_copy(torch.Tensor.copy_, seen_zeros))
+    with inputs_written_late(tensors) as late:
+        got = [(t.shape, t.stride(), t.clone()) for t in late]
+    assert streams.sleeps == [LATE_CYCLES]
+    assert seen_zeros and all(seen_zeros)  # every copy landed on zeros
+    for t, (shape, stride, v) in zip(tensors, got):
+        assert shape == t.shape and (t.numel() == 0 or stride == t.stride()) and torch.equal(v, t)
+
+
+def _recording_copy(copy, seen):
+    def rec(self, src, *a, **kw):
+        seen.append(bool((self == 0).all()))
+        return copy(self, src, *a, **kw)
+    return rec
+
+
+@pytest.mark.parametrize("op", ["softmax", "softmax_merge", "cross_entropy"])
+def test_follows_current_stream_machinery(op, monkeypatch):
+    """follows_current_stream (a GPU law) run on the CPU with streams made no-ops: it passes the
+    project's kernels; with the inputs left unwritten during the call (as a kernel launched on
+    another stream sees them) it fails, and its report's reproducer calls the op inside
+    inputs_written_late."""
+    from ..case import PropertyFailure
+    from ..invariants import generic, law
+    _NoStreams(monkeypatch)
+    inv, tg = law("follows_current_stream"), _kernels_target()
+    cases = []
+
+    @settings(max_examples=5, derandomize=True, database=None, deadline=None)
+    @given(S.cases(op, inv.families, 64))
+    def passes(case):
+        cases.append(case)
+        inv.check(case, tg)
+
+    passes()
+
+    class _Unwritten:  # the copies are written only after the block: the op reads zeros
+        def __init__(self, tensors):
+            self.tensors, self.copies = tensors, [torch.zeros_like(t) for t in tensors]
+
+        def __enter__(self):
+            return tuple(self.copies)
+
+        def __exit__(self, *exc):
+            for c, t in zip(self.copies, self.tensors):
+                c.copy_(t)
+            return False
+
+    monkeypatch.setattr(generic, "inputs_written_late", _Unwritten)
+    reports = []
+
+    def fails(case) -> bool:
+        try:
+            inv.check(case, tg)
+        except PropertyFailure as e:
+            reports.append(str(e))
+            return True
+        return False
+
+    find(S.cases(op, inv.families, 64), fails, settings=settings(max_examples=50, derandomize=True, database=None,
+                                                                   deadline=None, phases=[Phase.generate]))
+    assert reports[-1].startswith("[follows_current_stream] (default tier)"), reports[-1]
+    assert "with inputs_written_late((" in reports[-1], reports[-1]
