@@ -75,7 +75,8 @@ def follows_current_stream(case, target):
     """The op works on torch's current stream. With a side stream current, the inputs are written
     on it behind a long-running kernel and the op is called at once (inputs_written_late); its
     outputs, copied on the side stream right after the call and read once the device is done,
-    equal bitwise those of a call on the default stream. A kernel launched on the default stream,
+    equal bitwise those of the same call on the default stream (taken once the device is done,
+    whatever stream the op used). A kernel launched on the default stream,
     or on a stream of its own that does not wait for the caller's, reads the inputs before they
     are written (the zeros they held); one that waits but does not make the caller wait has its
     outputs read before they are written. Cases whose two calls on the default stream differ are
@@ -84,8 +85,13 @@ def follows_current_stream(case, target):
     overlaps work on streams (data loading, communication, graph capture on a side stream). On a
     CUDA device only; STREAM_EXAMPLES examples."""
     args = case.tensors(target.device)
-    want = [o.clone() for o in outputs(call_op(case, target, args))]
-    again = outputs(call_op(case, target, args))
+
+    def settled(tensors):  # the outputs once the whole device is done (whatever stream made them)
+        out = outputs(call_op(case, target, tensors))
+        torch.cuda.synchronize(args[0].device if args else None)
+        return [o.clone() for o in out]
+
+    want, again = settled(args), settled(args)
     assume(len(again) == len(want) and all(a.shape == w.shape and a.dtype == w.dtype and bool(bits_equal(a, w).all())
                                            for a, w in zip(again, want)))
     with inputs_written_late(args) as late:
