@@ -93,13 +93,17 @@ def poisoned_allocations():
 # the side stream's head start in inputs_written_late: 10-20 ms at the clocks of current GPUs,
 # far longer than the host takes to launch an op's kernels (a merge tree's calls included)
 LATE_CYCLES = 20_000_000
+# the copies keep their input's address modulo this many bytes (the CUDA caching allocator's block
+# alignment): a kernel may choose its vector width, and with it its summation order, by alignment
+LATE_ALIGN = 512
 
 
 @contextlib.contextmanager
 def inputs_written_late(tensors, cycles: int = LATE_CYCLES):
     """A side stream is current within the block, and the tensors' values are being written on it,
     behind a kernel that spins for `cycles` clock cycles (torch.cuda._sleep), into copies with the
-    same sizes and strides that hold zeros until then; yields the copies. Work on the current
+    same sizes, strides and address alignment (modulo LATE_ALIGN bytes) that hold zeros until
+    then; yields the copies. Work on the current
     stream sees the values; a kernel launched on another stream that does not wait for it reads
     the zeros. On exit the device is synchronized. CUDA tensors only."""
     if not tensors:
@@ -114,9 +118,10 @@ def inputs_written_late(tensors, cycles: int = LATE_CYCLES):
         # the storage span the view reaches (its gaps and stride-0 repeats included), copied as
         # one flat range, so that views with overlapping elements keep their geometry
         span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
-        flat = torch.zeros(span, dtype=t.dtype, device=t.device)
-        pairs.append((flat, torch.as_strided(t, (span,), (1,), t.storage_offset())))
-        copies.append(flat.as_strided(t.shape, t.stride(), 0))
+        pad = (t.data_ptr() % LATE_ALIGN) // t.element_size()
+        flat = torch.zeros(pad + span, dtype=t.dtype, device=t.device)
+        pairs.append((flat[pad:], torch.as_strided(t, (span,), (1,), t.storage_offset())))
+        copies.append(flat.as_strided(t.shape, t.stride(), pad))
     torch.cuda.synchronize(device)  # the zeros are in place before the side stream starts
     side = torch.cuda.Stream(device=device)
     try:

@@ -964,22 +964,24 @@ class _null:
 
 
 def test_inputs_written_late_copies_every_layout(monkeypatch):
-    """The copies inputs_written_late yields have each input's shape, strides and values, views
-    with gaps, a storage offset and stride-0 (overlapping) axes included, and hold zeros until
-    the side stream writes them (behind its spinning kernel)."""
+    """The copies inputs_written_late yields have each input's shape, strides, values and address
+    alignment (modulo the CPU allocator's 64 bytes here; on a GPU, the caching allocator's 512),
+    views with gaps, a storage offset and stride-0 (overlapping) axes included, and hold zeros
+    until the side stream writes them (behind its spinning kernel)."""
     from ..invariants._checks import LATE_CYCLES, inputs_written_late
     streams = _NoStreams(monkeypatch)
     base = torch.arange(1.0, 61.0, dtype=torch.float64).reshape(6, 10)
     tensors = [base[1:5, 2:9:2], base.t(), base[2, :4].expand(3, 4), base[:0], torch.tensor([3, 0, 2]),
-               base.to(torch.bfloat16)[::2]]
+               base.to(torch.bfloat16)[::2], base.to(torch.bfloat16).reshape(-1)[3:50]]
     seen_zeros = []
     monkeypatch.setattr(torch.Tensor, "copy_", _recording_copy(torch.Tensor.copy_, seen_zeros))
     with inputs_written_late(tensors) as late:
-        got = [(t.shape, t.stride(), t.clone()) for t in late]
+        got = [(t.shape, t.stride(), t.clone(), t.data_ptr()) for t in late]
     assert streams.sleeps == [LATE_CYCLES]
     assert seen_zeros and all(seen_zeros)  # every copy landed on zeros
-    for t, (shape, stride, v) in zip(tensors, got):
+    for t, (shape, stride, v, ptr) in zip(tensors, got):
         assert shape == t.shape and (t.numel() == 0 or stride == t.stride()) and torch.equal(v, t)
+        assert t.numel() == 0 or (ptr - t.data_ptr()) % 64 == 0, (t.storage_offset(), ptr % 512, t.data_ptr() % 512)
 
 
 def _recording_copy(copy, seen):
