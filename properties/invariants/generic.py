@@ -139,9 +139,13 @@ def many_rows_match_oracle(case, target):
     check_oracle(case.natural(), target, poisoned=True)
 
 
+def _seed(case, salt: str) -> int:
+    return zlib.crc32(f"{salt}:{case!r}".encode())
+
+
 def _seeded(case, salt: str, shape, dtype, device) -> torch.Tensor:
     """Normal values rounded to dtype, seeded by the case's recipe (a replay gets the same)."""
-    gen = torch.Generator().manual_seed(zlib.crc32(f"{salt}:{case!r}".encode()))
+    gen = torch.Generator().manual_seed(_seed(case, salt))
     return torch.randn(tuple(shape), generator=gen, dtype=torch.float64).to(dtype).to(device)
 
 
@@ -170,10 +174,7 @@ def autograd_composition(case, target):
     base = storage_bases(args[:1])[0]
     before = [base.clone()] + [a.clone() for a in args[1:]]
     x = args[0].detach().requires_grad_(True)
-    if case.spec.family == "softmax":
-        xd = x.detach().double()
-        assume(xd.shape[-1] >= 1 and not bool(torch.isnan(xd).any()) and not bool((xd == math.inf).any())
-               and bool((xd > -math.inf).any(-1).all()))
+    _finite_softmax_rows(case, x)
     with torch.enable_grad():
         outs = [call_op(case, target, [x, *args[1:]]) for _ in range(2)]
         if not all(isinstance(o, torch.Tensor) and o.requires_grad for o in outs):
@@ -215,3 +216,80 @@ def autograd_composition(case, target):
              f"{a0}.grad after two backward passes onto an existing gradient differs from G0 + VJP(g1) + VJP(g2): "
              f"{int(bad.sum())} of {bad.numel()} elements out of bounds", i, ref[i], x.grad[i], tol[i], call,
              out_name=f"{a0}.grad")
+
+
+
+def _finite_softmax_rows(case, x):
+    """The softmax family's autograd laws judge rows without NaN or +inf and with a finite value
+    (its FP64 autograd references are not defined elsewhere; the other laws check those rows)."""
+    if case.spec.family == "softmax":
+        xd = x.detach().double()
+        assume(xd.shape[-1] >= 1 and not bool(torch.isnan(xd).any()) and not bool((xd == math.inf).any())
+               and bool((xd > -math.inf).any(-1).all()))
+
+
+def _strided_cotangents(case, shape, dtype, device):
+    """Cotangents of an output of this shape in the layouts autograd hands a backward, each with
+    the reproducer's code for it: (what, g, code). Values seeded by the case, as _seeded's."""
+    def seeded(salt, sh):
+        seed = _seed(case, salt)
+        t = _seeded(case, salt, sh, dtype, device)
+        code = (f"torch.randn({tuple(sh)}, generator=torch.Generator().manual_seed({seed}), "
+                f"dtype=torch.float64).to(torch.{str(dtype).replace('torch.', '')}).to(out.device)")
+        return t, code
+    out = []
+    if len(shape) >= 1 and math.prod(shape) > 1:
+        c, code = seeded("g_one_value", ())
+        out.append(("one value expanded (out.sum()'s cotangent, scaled)", c.expand(tuple(shape)),
+                    f"{code}.expand({tuple(shape)})"))
+        wide, code = seeded("g_every_other", tuple(shape[:-1]) + (2 * shape[-1],))
+        out.append(("every other column of a wider buffer", wide[..., ::2], f"{code}[..., ::2]"))
+    if len(shape) >= 2 and shape[-1] > 1 and shape[-2] > 1:
+        t, code = seeded("g_transposed", tuple(shape[:-2]) + (shape[-1], shape[-2]))
+        out.append(("transposed", t.transpose(-1, -2), f"{code}.transpose(-1, -2)"))
+    return out
+
+
+@invariant(has_grad_truth, needs=("autograd",), max_cols=128)
+def autograd_cotangent_layouts(case, target):
+    """Autograd hands a backward the cotangent as the next op made it, in any layout: the
+    cotangent of out.sum() is one value expanded (every stride 0), that of a transpose or of a
+    slice is a strided view. For each such cotangent g of the op's output (one value expanded;
+    every other column of a wider buffer; transposed, for outputs of two or more axes; values
+    seeded by the case), the gradient autograd returns equals the FP64 VJP of g (the spec's
+    grad_truth) within its bound, and g is left unchanged. A backward that takes the cotangent as
+    contiguous (a kernel that steps rows by the row length, or a reshape that assumes it) reads
+    the wrong elements or raises. Rows with NaN or +inf of the softmax family are left to the other
+    laws, as in autograd_composition; rows up to 128 columns. Tier default: a sum or mean of an
+    output, a transpose before the loss and a sliced output are everyday training code, and
+    torch's backward takes a cotangent in any layout."""
+    args = case.tensors(target.device)
+    _finite_softmax_rows(case, args[0])
+    probe = call_op(case, target, [args[0].detach(), *args[1:]])  # the output's shape, dtype and device
+    layouts = _strided_cotangents(case, tuple(probe.shape), probe.dtype, probe.device)
+    assume(layouts)
+    a0 = case.tensor_names()[0]
+    for what, g, g_code in layouts:
+        held = g.clone()
+        x = args[0].detach().requires_grad_(True)
+        with torch.enable_grad():
+            out = call_op(case, target, [x, *args[1:]])
+            if not (isinstance(out, torch.Tensor) and out.requires_grad):
+                fail(case, target, "the output does not require grad for an input that does")
+            (gx,) = torch.autograd.grad(out, x, g)
+        call = (f"{a0} = {a0}.detach().requires_grad_()\n{case.call_code()}\ng = {g_code}  # {what}\n"
+                f"(gx,) = torch.autograd.grad(out, {a0}, g)\nout = gx  # vs the FP64 VJP of g")
+        assert_bitwise(case, target, g, held, f"the cotangent ({what}) was modified by backward", call, out_name="g")
+        if gx is None or tuple(gx.shape) != tuple(x.shape) or gx.dtype != x.dtype:
+            got = None if gx is None else (tuple(gx.shape), gx.dtype)
+            fail(case, target, f"the gradient for a cotangent {what} is {got}, expected shape {tuple(x.shape)} and "
+                 f"{x.dtype}", call=call)
+        ref, tol, only = case.spec.grad_truth(case, [x, *args[1:]], g, out.detach())
+        tol = torch.nan_to_num(tol, nan=math.inf)
+        bad = T.compare(gx, ref, tol, case.dtype)
+        if only is not None:
+            bad = bad & only
+        if bool(bad.any()):
+            i = worst(bad, (gx.double() - ref).abs() / tol.clamp_min(1e-300))
+            fail(case, target, f"gradient for a cotangent {what} differs from its FP64 VJP: {int(bad.sum())} of "
+                 f"{bad.numel()} elements out of bounds", i, ref[i], gx[i], tol[i], call, out_name=f"{a0}.grad")
