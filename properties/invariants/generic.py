@@ -153,6 +153,15 @@ def has_grad_truth(op) -> bool:
     return op.differentiable and op.grad_truth is not None
 
 
+def _finite_softmax_rows(case, x):
+    """The softmax family's autograd laws judge rows without NaN or +inf and with a finite value
+    (its FP64 autograd references are not defined elsewhere; the other laws check those rows)."""
+    if case.spec.family == "softmax":
+        xd = x.detach().double()
+        assume(xd.shape[-1] >= 1 and not bool(torch.isnan(xd).any()) and not bool((xd == math.inf).any())
+               and bool((xd > -math.inf).any(-1).all()))
+
+
 @invariant(has_grad_truth, needs=("autograd",), max_cols=128)
 def autograd_composition(case, target):
     """Autograd through the op composes: the same input x (a leaf, as laid out) feeds two calls
@@ -216,16 +225,6 @@ def autograd_composition(case, target):
              f"{a0}.grad after two backward passes onto an existing gradient differs from G0 + VJP(g1) + VJP(g2): "
              f"{int(bad.sum())} of {bad.numel()} elements out of bounds", i, ref[i], x.grad[i], tol[i], call,
              out_name=f"{a0}.grad")
-
-
-
-def _finite_softmax_rows(case, x):
-    """The softmax family's autograd laws judge rows without NaN or +inf and with a finite value
-    (its FP64 autograd references are not defined elsewhere; the other laws check those rows)."""
-    if case.spec.family == "softmax":
-        xd = x.detach().double()
-        assume(xd.shape[-1] >= 1 and not bool(torch.isnan(xd).any()) and not bool((xd == math.inf).any())
-               and bool((xd > -math.inf).any(-1).all()))
 
 
 def _strided_cotangents(case, shape, dtype, device):
