@@ -65,6 +65,41 @@ def deterministic(case, target):
         assert_bitwise(case, target, x, y, "repeat call differs")
 
 
+def _one_element_changed(t):
+    """A contiguous copy of t with its first element changed (to 1, or 2 where it is 1), and that
+    value; None for an empty t."""
+    if t.numel() == 0:
+        return None, None
+    c = t.contiguous().clone()
+    new = 2.0 if float(c.view(-1)[0]) == 1.0 else 1.0
+    c.view(-1)[0] = new
+    return c, new
+
+
+@invariant(every_op)
+def outputs_outlive_the_next_call(case, target):
+    """The outputs a call returns belong to the caller: a second call, on the same arguments but
+    for one element of the first (changed to 1, or 2), leaves the first call's outputs, as the
+    caller holds them, bitwise unchanged. A kernel that returns a buffer it keeps (one per shape,
+    to save the allocation) hands every caller the same memory, and each call overwrites the
+    results held from the one before; laws that compare two calls cannot see it, since both
+    sides are then the same tensor. Tier default: every torch op returns fresh outputs (but for
+    out= and in-place variants), and a held result that changes under the caller is a bug."""
+    args = case.tensors(target.device)
+    first = outputs(call_op(case, target, args))
+    held = [o.clone() for o in first]
+    other, new = _one_element_changed(args[0])
+    assume(other is not None)
+    call_op(case, target, [other, *args[1:]])
+    a0 = case.tensor_names()[0]
+    call = (f"{case.call_code()}\nfirst = [o.clone() for o in (out if isinstance(out, (tuple, list)) else (out,))]\n"
+            f"held = out\n{a0} = {a0}.contiguous().clone()\n{a0}.view(-1)[0] = {new}  # the second call's input\n"
+            f"{case.call_code()}\nout = held  # vs first, bitwise")
+    for k, (o, h) in enumerate(zip(first, held)):
+        assert_bitwise(case, target, o, h, f"output {k + 1} of a call, as its caller holds it, changed when the op "
+                       "was called again (one input element changed)", call)
+
+
 # examples of follows_current_stream: the bug does not depend on the values, and each example
 # waits out the side stream's head start (inputs_written_late, ~10 ms)
 STREAM_EXAMPLES = 50
