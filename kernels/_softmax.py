@@ -276,7 +276,7 @@ def _fwd_loop_kernel(
     reduces: rows of 65536 on the H200, softmax forward bf16 0.70 -> 0.79 of copy, float32
     0.80 -> 0.90, results bitwise the same (docs/results.md, sources N and P). The last load of
     each pass is fully masked: no memory traffic. logsumexp does so for 16-bit rows only (bf16,
-    rows of 65536 / 262144: 0.69 / 0.65 -> 0.71 / 0.71, sources Q and R): the held chunk's
+    rows of 65536 / 262144: 0.69 / 0.65 -> 0.71 / 0.70, sources Q and R): the held chunk's
     registers cost its float32 variant a program per SM (rows of 65536: 0.97 -> 0.76, P and Q)."""
     tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
     row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)

@@ -103,9 +103,9 @@ def inputs_written_late(tensors, cycles: int = LATE_CYCLES):
     """A side stream is current within the block, and the tensors' values are being written on it,
     behind a kernel that spins for `cycles` clock cycles (torch.cuda._sleep), into copies with the
     same sizes, strides and address alignment (modulo LATE_ALIGN bytes) that hold zeros until
-    then; yields the copies. Work on the current
-    stream sees the values; a kernel launched on another stream that does not wait for it reads
-    the zeros. On exit the device is synchronized. CUDA tensors only."""
+    then; yields the copies. Work on the current stream sees the values; a kernel launched on
+    another stream that does not wait for it reads the zeros. On exit the device is synchronized.
+    CUDA tensors only."""
     if not tensors:
         yield ()
         return

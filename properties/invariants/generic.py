@@ -67,7 +67,7 @@ def deterministic(case, target):
 
 def _one_element_changed(t):
     """A contiguous copy of t with its first element changed (to 1, or 2 where it is 1), and that
-    value; None for an empty t."""
+    value; (None, None) for an empty t."""
     if t.numel() == 0:
         return None, None
     c = t.contiguous().clone()
