@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import os
 import types
 
 import torch
@@ -109,21 +110,49 @@ register(OpSpec("merge_states", "merge_states", ("o", "lse"), oracles.merge_stat
 
 # cross-entropy with class-index targets and keyword options (ignore_index, reduction,
 # label_smoothing); drawn as a CECase
+CE_OPTIONS = ("ignore_index", "reduction", "label_smoothing")
 register(OpSpec("cross_entropy", "cross_entropy", ("logits", "target"), oracles.ce.cross_entropy,
                 truth.cross_entropy_truth, S.ce_case, S.many_row_ce_case, differentiable=True,
                 grad_truth=truth.cross_entropy_grad_truth, sample=_class_indices, semantics=_ce_rows(False),
-                torch_ref=torch_target.cross_entropy))
+                torch_ref=torch_target.cross_entropy, options=CE_OPTIONS))
 register(OpSpec("cross_entropy_backward", "cross_entropy", ("logits", "target", "dloss"),
                 oracles.ce.cross_entropy_backward, truth.cross_entropy_truth, S.ce_case, S.many_row_ce_case,
-                forward="cross_entropy", semantics=_ce_rows(True), torch_ref=torch_target.cross_entropy_backward))
+                forward="cross_entropy", semantics=_ce_rows(True), torch_ref=torch_target.cross_entropy_backward,
+                options=CE_OPTIONS))
 
 
 # ----------------------------------------------------------------------------------------------
 # the target
 # ----------------------------------------------------------------------------------------------
-# exceptions a target may raise to refuse an input it does not support (the example is then
-# discarded); a module can narrow this with SUITE_REFUSALS, as the project's own kernels do (none)
-DEFAULT_REFUSALS = (NotImplementedError, ValueError, TypeError)
+# Exceptions a target may raise to refuse an input it does not support (the example is then
+# discarded). By default only NotImplementedError, Python's own word for "not supported": TypeError
+# and ValueError are also what a broken call raises (arguments that do not bind, a shape check that
+# rejects a valid input), and taken as refusals they turned such a module's every test into a skip
+# and its run green. A module that refuses with them says so in SUITE_REFUSALS; the project's own
+# kernels declare none (any exception is a failure).
+DEFAULT_REFUSALS = (NotImplementedError,)
+
+
+class TargetError(Exception):
+    """The module named by --target cannot be tested at all: it does not import, or an offered
+    function cannot take the calls of the contract. The message says what and how to fix it."""
+
+
+def _import_failure(name: str, e: BaseException) -> str:
+    """What importing the target raised, with the traceback through the target's own files only
+    (importlib's and the suite's frames dropped)."""
+    import traceback
+    suite = os.path.dirname(os.path.realpath(__file__))
+    adapters = os.path.join(suite, "targets")  # the built-in adapters' frames are the target's own
+
+    def ours(f):
+        where = os.path.realpath(f.filename)
+        return where.startswith(suite + os.sep) and not where.startswith(adapters + os.sep)
+    te = traceback.TracebackException(type(e), e, e.__traceback__)
+    keep = [f for f in te.stack if not (f.filename.startswith("<frozen") or "importlib" in f.filename or ours(f))]
+    te.stack = traceback.StackSummary.from_list(keep)
+    text = "".join(te.format()).rstrip()
+    return f"--target {name!r}: importing the module raised {type(e).__name__}: {e}\n{text}"
 
 
 class Target:
@@ -137,12 +166,33 @@ class Target:
             self.name = module
             try:
                 self.module = importlib.import_module(module)
-            except ImportError as e:
-                raise ImportError(f"--target {module!r} could not be imported: {e}") from e
+            except Exception as e:  # a syntax error, a missing dependency, an error at import
+                raise TargetError(_import_failure(module, e)) from e
+        self.declares_refusals = hasattr(self.module, "SUITE_REFUSALS")
         self.refusals = tuple(getattr(self.module, "SUITE_REFUSALS", DEFAULT_REFUSALS))
         self.device = "cpu"
         self._autograd = {}
         self.autograd_errors = {}  # op -> what its autograd probe raised (where it did)
+
+    def contract_errors(self) -> list:
+        """One line per offered function whose signature cannot take the call every law makes
+        (its spec's tensor arguments by position, its options by keyword): such a function is
+        broken, not refusing, and every example would fail alike. Functions without an
+        inspectable signature (builtins) are not judged here."""
+        errors = []
+        for name, spec in OPS.items():
+            fn = self.fn(name)
+            if fn is None:
+                continue
+            try:
+                sig = inspect.signature(fn)
+            except (TypeError, ValueError):
+                continue
+            try:
+                sig.bind(*spec.args, **{o: None for o in spec.options})
+            except TypeError as e:
+                errors.append(f"{self.name}.{name}{sig}: {e}; expected {spec.call_signature}")
+        return errors
 
     def fn(self, op_name: str):
         f = getattr(self.module, op_name, None)
@@ -174,4 +224,4 @@ class Target:
         return self._autograd[op_name]
 
 
-__all__ = ["OPS", "DEFAULT_REFUSALS", "Target"]
+__all__ = ["OPS", "DEFAULT_REFUSALS", "Target", "TargetError"]

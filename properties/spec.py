@@ -58,8 +58,10 @@ class OpSpec:
 
     Identity and calling convention
       name: the function a target offers. args: its tensor arguments in call order (their roles:
-      the names reproducers and reports use). A case's keyword options (cross-entropy's
-      ignore_index, reduction, label_smoothing) come from the case (``case.kwargs()``).
+      the names reproducers and reports use). options: the keyword options every call passes
+      (cross-entropy's ignore_index, reduction, label_smoothing); a case's values for them come
+      from the case (``case.kwargs()``). A target's function must accept ``name(*args,
+      **options)``: the plugin checks its signature before any test runs.
     Meaning
       oracle: the FP64 function the op computes (float64 tensors in, float64 out; options as
       keywords). truth(case, args, strict=False) -> Truth: the reference of every output at these
@@ -107,6 +109,7 @@ class OpSpec:
     sample: Callable = _one_tensor
     semantics: tuple = field(default=(), repr=False)
     torch_ref: Optional[Callable] = None
+    options: tuple = ()
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -120,6 +123,13 @@ class OpSpec:
     @property
     def is_vjp(self) -> bool:
         return self.forward is not None
+
+    @property
+    def call_signature(self) -> str:
+        """The call every law makes, as a signature: ``cross_entropy(logits, target, *,
+        ignore_index, reduction, label_smoothing)``."""
+        options = f", *, {', '.join(self.options)}" if self.options else ""
+        return f"{self.name}({', '.join(self.args)}{options})"
 
 
 OPS: dict = {}  # name -> OpSpec, in registration order

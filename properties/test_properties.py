@@ -76,7 +76,14 @@ def test_property(inv, op, target, request):
     check.hypothesis.inner_test._hypothesis_internal_add_digest = f"{inv.name}-{op}".encode()
     try:
         check()
-    except errors.Unsatisfiable as e:  # nothing the law could judge: say why, do not fail
+    except errors.Unsatisfiable as e:  # nothing the law could judge: say why
+        if refusals.count and not target.declares_refusals:
+            # a refusal is a module's deliberate answer, declared; undeclared, a law that judged
+            # nothing is a failure (a broken call raising NotImplementedError must not go green)
+            pytest.fail(f"the law judged no example: {refusals.describe()}, and {target.name} does not declare "
+                        "SUITE_REFUSALS. If those inputs are deliberately unsupported, list the exception types in "
+                        "the module's SUITE_REFUSALS (the law is then skipped); otherwise the function is broken.",
+                        pytrace=False)
         pytest.skip(f"no example satisfied the law's preconditions ({refusals.describe()}): {str(e).splitlines()[0]}")
     except Exception as e:  # each failure (grouped when several) saved as a replay file
         if where:

@@ -98,8 +98,9 @@ def test_target_values():
     assert targets.resolve("softmax_properties.properties.targets.torch") == targets.resolve("torch")
     assert targets.short_name(targets.resolve("torch_compile")) == "torch_compile"
     assert targets.short_name("mypackage.mykernels") == "mypackage.mykernels"
-    with pytest.raises(ValueError, match=r"--target 'no_such_module': expected a built-in target \(kernels, torch, "
-                                         r".*\) or an importable module path; no module named 'no_such_module'"):
+    with pytest.raises(ValueError, match=r"--target 'no_such_module': no module named 'no_such_module' is importable "
+                                         r"from here .* put that directory on PYTHONPATH .* --target path/to/"
+                                         r"no_such_module.py"):
         targets.resolve("no_such_module")
     with pytest.raises(ValueError, match=r"--target: expected a built-in target .* got ''"):
         targets.resolve("")
@@ -118,7 +119,7 @@ def test_bad_target_is_a_usage_error():
     run = subprocess.run([sys.executable, "-m", "pytest", "-m", "properties", "--co", "-q", "--target", "no_such_module",
                           "properties/test_properties.py"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 4, run.stdout + run.stderr  # pytest's usage error
-    assert "--target 'no_such_module': expected a built-in target" in run.stderr, run.stderr
+    assert "--target 'no_such_module': no module named 'no_such_module'" in run.stderr, run.stderr
 
 
 def test_plugin_leaves_other_runs_alone(tmp_path):
@@ -146,7 +147,8 @@ def test_plugin_leaves_other_runs_alone(tmp_path):
 
 
 def test_no_sys_path_patching():
-    """The suite is imported as an installed package: no file of the repository edits sys.path."""
+    """The suite is imported as an installed package: no file of the repository edits sys.path,
+    but for the one place that makes a user's file (``--target path/to/mykern.py``) importable."""
     pattern = re.compile(r"sys\.path\.(insert|append|extend)\(|sys\.path\s*=|sys\.path\s*\+=")
     bad = []
     for where, dirs, files in os.walk(ROOT):
@@ -157,4 +159,7 @@ def test_no_sys_path_patching():
                 with open(path, errors="replace") as fh:
                     bad += [f"{os.path.relpath(path, ROOT)}:{n}" for n, line in enumerate(fh, 1) if pattern.search(line)]
     bad = [b for b in bad if not b.startswith(os.path.join("properties", "selftest", "test_layout.py"))]
+    files = [b for b in bad if b.startswith(os.path.join("properties", "targets", "__init__.py") + ":")]
+    assert len(files) == 1, files  # targets._from_file
+    bad = [b for b in bad if b not in files]
     assert not bad, bad

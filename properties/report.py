@@ -1,0 +1,97 @@
+"""A failing property as a person reads it: the law's report first (law, tier, op, dtype, shapes,
+worst element, reproducer), then Hypothesis's notes on the shrunk example and the replay command,
+then where the law compared; none of the runner's own frames.
+
+The plugin puts this text in place of pytest's traceback for the target-facing tests (not the
+project's own tests) unless ``--tb`` is given: pytest's default long style printed the whole
+source of the runner's test function (about 80 lines) before each message, so 3 failing tests
+made 651 lines. ``--tb=long`` (or any other style) brings pytest's own report back."""
+from __future__ import annotations
+
+import os
+import traceback
+
+from .failures import PropertyFailure
+
+try:
+    _GROUP = BaseExceptionGroup
+except NameError:  # Python 3.10: Hypothesis raises the exceptiongroup backport's groups
+    from exceptiongroup import BaseExceptionGroup as _GROUP
+
+SUITE_DIR = os.path.dirname(os.path.realpath(__file__))
+_LAWS_DIR = os.path.join(SUITE_DIR, "invariants")
+_HELPERS = ("_checks.py", "_registry.py", "__init__.py")  # the laws' shared machinery, not a law
+_TARGETS_DIR = os.path.join(SUITE_DIR, "targets")
+# frames of the target's call worth showing when the target raised: at most this many, innermost last
+MAX_TARGET_FRAMES = 12
+# Hypothesis's notes that describe its search rather than the failing example
+_SEARCH_NOTES = ("Highest target score",)
+
+
+def _where(filename: str) -> str:
+    return os.path.realpath(filename)
+
+
+def _is_law(frame) -> bool:
+    where = _where(frame.filename)
+    return where.startswith(_LAWS_DIR + os.sep) and os.path.basename(where) not in _HELPERS
+
+
+def _is_suite(frame) -> bool:
+    where = _where(frame.filename)
+    return where.startswith(SUITE_DIR + os.sep) and not where.startswith(_TARGETS_DIR + os.sep)
+
+
+def _relative(path: str) -> str:
+    rel = os.path.relpath(_where(path), os.path.dirname(SUITE_DIR))
+    return path if rel.startswith(os.pardir) else rel
+
+
+_BLOB = "You can reproduce this example by temporarily adding @reproduce_failure"
+
+
+def _notes(e: BaseException) -> list:
+    notes = [n for n in getattr(e, "__notes__", ()) if not any(n.startswith(s) for s in _SEARCH_NOTES)]
+    # where the decorator goes, and its import, which Hypothesis's note leaves out
+    return [n + " (`from hypothesis import reproduce_failure`; the test case is the function `check` in "
+            "properties/test_properties.py, selected with -k)" if _BLOB in n else n for n in notes]
+
+
+def _law_line(stack) -> str:
+    laws = [f for f in stack if _is_law(f)]
+    if not laws:
+        return ""
+    f = laws[-1]
+    return f"law: {_relative(f.filename)}:{f.lineno} in {f.name}"
+
+
+def _one(e: BaseException) -> str:
+    stack = traceback.extract_tb(e.__traceback__)
+    lines = []
+    if isinstance(e, PropertyFailure):
+        lines.append(f"{type(e).__name__}: {e}")
+    else:  # the target (or the suite) raised: show the raising frames outside the suite's machinery
+        kind = type(e).__qualname__ if type(e).__module__ == "builtins" else f"{type(e).__module__}.{type(e).__qualname__}"
+        lines.append(f"{kind}: {e}")
+        frames = [f for f in stack if not _is_suite(f)][-MAX_TARGET_FRAMES:]
+        if frames:
+            lines.append("raised at (innermost last):")
+            lines.extend("  " + ln for chunk in traceback.format_list(frames) for ln in chunk.rstrip().splitlines())
+    lines.extend(_notes(e))
+    law = _law_line(stack)
+    if law:
+        lines.append(law)
+    return "\n".join(lines)
+
+
+def failure_text(e: BaseException) -> str:
+    """The report of a failed property test: each distinct failure Hypothesis found, in turn."""
+    subs = getattr(e, "exceptions", None)
+    if isinstance(e, _GROUP) and subs:
+        n = len(subs)
+        parts = [f"{n} distinct failures (each shrunk on its own):"]
+        for i, sub in enumerate(subs, 1):
+            parts.append(f"{'-' * 30} failure {i} of {n} {'-' * 30}")
+            parts.append(failure_text(sub))
+        return "\n".join(parts)
+    return _one(e)
