@@ -330,10 +330,26 @@ def pytest_collection_modifyitems(config, items):
             config.hook.pytest_deselected(items=drop)
             items[:] = keep
             config._softmax_strict_deselected = len(drop)
+    items[:] = sorted(items, key=_longest_first)
     # expected failures: runs before -k/-m deselection, so "matches no test" means no test at all;
     # under xdist every worker collects everything, so one of them warns
     worker = getattr(config, "workerinput", {}).get("workerid", "gw0")
     expected.apply(expected.load(config), items, warn=worker == "gw0", device=interpreter.device())
+
+
+def _longest_first(item) -> int:
+    """Run order (a stable sort: collection order within a rank): the stateful merge tests first
+    (the longest single tests of a GPU run: about 1,000 examples of up to 10 calls each, 140-220 s
+    on an H200), then the laws on cross-entropy (the longest laws, 60-110 s), the other laws, and
+    the project's own tests (short, mostly seconds) last. pytest-xdist hands tests out in this
+    order, so the long ones start at once rather than in the run's tail."""
+    name = module_name(item.path) or ""
+    if name.endswith(".test_merge_stateful"):
+        return 0
+    if name.startswith(SELFTEST + "."):
+        return 3
+    op = getattr(getattr(item, "callspec", None), "params", {}).get("op", "")
+    return 1 if str(op).startswith("cross_entropy") else 2
 
 
 def item_tier(item) -> str:
