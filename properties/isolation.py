@@ -52,6 +52,45 @@ DEFAULT_TIMEOUT = 600.0  # seconds one check may take before it counts as a hang
 START_TIMEOUT = 300.0  # seconds a new worker may take to import torch, triton and the target
 
 
+# Crashes one test may cost before it stops: each costs a worker restart (a new CUDA context on a
+# GPU), and a target that crashes on most inputs spent them by the hundred while Hypothesis kept
+# generating (every new kind of failure extends its search) and shrinking; past the budget the
+# smallest crashing case seen so far is the test's failure (--isolate-max-crashes; 0: no budget).
+MAX_CRASHES = 40
+
+
+class CrashBudgetSpent(BaseException):
+    """Raised from a check when its test's crashes reach the budget: a BaseException, so that
+    Hypothesis stops the test rather than counting it as one more failure. failure: the smallest
+    crash seen, with a note saying why it is not shrunk further."""
+
+    def __init__(self, failure):
+        super().__init__(str(failure).splitlines()[0] if str(failure) else "crash budget spent")
+        self.failure = failure
+
+
+class CrashBudget:
+    """The crashes (TargetCrashed failures) of one test, up to `limit`."""
+
+    def __init__(self, limit: int):
+        self.limit, self.count, self.smallest = int(limit), 0, None
+
+    def spend(self, e: BaseException, case) -> None:
+        from .failures import TargetCrashed
+        if not isinstance(e, TargetCrashed):
+            return
+        self.count += 1
+        size = len(repr(case))  # the shrinker's moves make the recipe shorter: a fair proxy of its order
+        if self.smallest is None or size <= self.smallest[0]:
+            self.smallest = (size, e)
+        if self.count >= self.limit:
+            failure = self.smallest[1]
+            if hasattr(failure, "add_note"):
+                failure.add_note(f"the test stopped after {self.count} crashes (--isolate-max-crashes): this is the "
+                                 "smallest crashing case seen, not shrunk further")
+            raise CrashBudgetSpent(failure)
+
+
 def enabled(mode: str, target_name: str) -> bool:
     """Whether checks against target_name run in a worker process under --isolate mode."""
     if mode not in MODES:

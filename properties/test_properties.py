@@ -21,9 +21,11 @@ class _TagsCase:
     wrapper, not code in `check`: under derandomize, Hypothesis seeds from the source of `check`,
     so editing it would change every example the ci profile draws."""
 
-    def __init__(self, inv, isolated=False, timeout=isolation.DEFAULT_TIMEOUT, pending=None, known=None):
+    def __init__(self, inv, isolated=False, timeout=isolation.DEFAULT_TIMEOUT, pending=None, known=None,
+                 max_crashes=None):
         self._inv, self._isolated, self._timeout, self._pending = inv, isolated, timeout, pending
         self._known = known  # expected.ExpectedExamples: failing examples an xfails entry names
+        self._crashes = isolation.CrashBudget(max_crashes) if isolated and max_crashes else None
 
     def __getattr__(self, name):
         return getattr(self._inv, name)
@@ -39,6 +41,8 @@ class _TagsCase:
             if self._known is not None and self._known.passes_over(case, e):
                 return None
             e._properties_case = case
+            if self._crashes is not None:
+                self._crashes.spend(e, case)  # raises CrashBudgetSpent once the test's crashes reach the budget
             raise
 
 
@@ -54,7 +58,7 @@ def test_property(inv, op, target, request):
     pending = replay.Pending(where, target.name, inv.name, op) if where else None
     known = expected.ExpectedExamples(request.node.nodeid)  # xfails entries with a when clause
     inv = _TagsCase(inv, isolated, request.config.getoption("isolate_timeout", isolation.DEFAULT_TIMEOUT), pending,
-                    known)
+                    known, request.config.getoption("isolate_max_crashes", isolation.MAX_CRASHES))
     stats = [0, 0.0]
     refusals.reset()
 
@@ -85,6 +89,12 @@ def test_property(inv, op, target, request):
                         "the module's SUITE_REFUSALS (the law is then skipped); otherwise the function is broken.",
                         pytrace=False)
         pytest.skip(f"no example satisfied the law's preconditions ({refusals.describe()}): {str(e).splitlines()[0]}")
+    except isolation.CrashBudgetSpent as spent:  # the smallest crash seen, reported without further shrinking
+        e = spent.failure
+        if where:
+            for path in replay.save(where, target.name, inv.name, op, e):
+                request.node.user_properties.append(("softmax_replay", path))
+        raise e from None
     except Exception as e:  # each failure (grouped when several) saved as a replay file
         if where:
             for path in replay.save(where, target.name, inv.name, op, e):

@@ -180,6 +180,21 @@ def test_crash_is_a_shrunk_failure_and_the_run_goes_on(tmp_path):
     assert inv == "matches_oracle" and x[..., 0].numel() == 4 and x.shape[-1] == 1, case  # shrunk to the threshold
 
 
+def test_crashes_per_test_are_bounded(tmp_path):
+    """Past --isolate-max-crashes crashes a test stops: its failure is the smallest crashing case
+    seen (a replay file like any other), with a note that it is not shrunk further; the run goes
+    on."""
+    fails = tmp_path / "fail"
+    out, text = _pytest(*OOB, "--isolate", "on", "--isolate-max-crashes", "2", "--properties-failures", str(fails))
+    assert out.returncode == 1 and "1 failed, 1 passed" in text, text
+    assert "the test stopped after 2 crashes (--isolate-max-crashes)" in text, text
+    (saved,) = [p for p in fails.iterdir()]
+    inv, case, _ = replay.load(str(saved))
+    assert inv == "matches_oracle" and case.tensors()[0][..., 0].numel() > 3, case  # crashes, unshrunk
+    out, text = _pytest(*OOB[:2], "--isolate-max-crashes", "-1", "--co")
+    assert out.returncode == 4 and "--isolate-max-crashes must be a non-negative number" in text, text
+
+
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the crash is an exception that leaves pytest alive")
 def test_crash_without_isolation_leaves_the_pending_case(tmp_path):
     """With --isolate off the same crash kills pytest; the case it was checking is left as a
