@@ -1,6 +1,6 @@
 """Make Triton's CPU interpreter (TRITON_INTERPRET=1) behave like compiled Triton where a
 kernel's verdict depends on it, and spend less time where it does not. The plugin calls
-``install()`` only when TRITON_INTERPRET=1; on a GPU nothing here is touched. Four patches, for
+``install()`` only when TRITON_INTERPRET=1; on a GPU nothing here is touched. Five patches, for
 triton 3.6 and 3.9; ``patches()`` says which are in place (the report header prints it). A patch
 whose interpreter internal is missing is left out, named there with the reason, and the
 interpreter keeps its own behaviour for it.
@@ -43,6 +43,29 @@ interpreter keeps its own behaviour for it.
   modules are shared, so there is nothing left to patch); a module holding another one (triton's
   own library functions hold ``triton.language.core``) is patched at its first call, as before.
   The launch still restores triton.language when its grid is done.
+* ``bfloat16_math``: arithmetic on bfloat16. numpy has no bfloat16, so the interpreter keeps a
+  bfloat16 tensor as its uint16 patterns and applies numpy's integer arithmetic to them: negating
+  0.018 gives -237, a sum wraps around, comparisons and ``tl.maximum`` order negative numbers
+  backwards, ``tl.dot`` multiplies the patterns, and ``tl.atomic_add`` raises "Unsupported data
+  type". Compiled Triton computes a bfloat16 operation in float32 (or natively) and rounds the
+  result to nearest even; for +, -, *, / and sqrt of bfloat16 operands that is the correctly
+  rounded result (float32 has more than 2 * 8 + 2 bits, so rounding twice cannot differ from
+  rounding once). Patched, for bfloat16 operands only (every other dtype takes the interpreter's
+  own code, after one dtype check): ``InterpreterBuilder.binary_op`` (arithmetic, minimum and
+  maximum, comparisons, which now give int1), ``unary_op`` (negation; exp, log, sqrt and the
+  like, which tl.math accepts only for float32/float64, compiled or not), ``ternary_op`` (clamp;
+  a select only copies patterns and was right), ``create_fma`` (rounded once, from the exact
+  product and a two-sum rounded to odd), ``create_dot`` (bfloat16 operands widened exactly, the
+  accumulation is float32 as before), ``create_atomic_rmw`` for a bfloat16 add (lane by lane in
+  lane order where lanes share an address; programs run one after another, so this is atomic),
+  ``ReduceOps.min_max`` (max, min, argmax, argmin on the values, not the patterns; tl.max without
+  indices widens to float32 itself) and ``ReduceOps.sum`` / ``ScanOps.cumsum`` / ``cumprod``.
+  ``tl.sum`` of bfloat16 accumulates in bfloat16 in compiled Triton (it widens only integers),
+  each partial sum rounded, in an order the kernel's layout fixes: here a tree of halves (as a
+  warp's shuffles combine lanes; scans: Hillis-Steele), every partial sum rounded to bfloat16.
+  So a bfloat16 sum has a GPU's kind and size of error, not always its last bit. Triton 3.6's
+  interpreter also lacks ``get_bf16`` (a Python float meeting a bfloat16 tensor raises
+  AttributeError): it is added, rounding the float32 value to nearest even as triton 3.9's does.
 """
 from __future__ import annotations
 
@@ -51,7 +74,7 @@ import os
 
 import numpy as np
 
-_PATCHES = ("autotune", "casts", "float_args", "nested_calls")
+_PATCHES = ("autotune", "casts", "float_args", "nested_calls", "bfloat16_math")
 _STATE: dict[str, str] = {}  # patch name -> "on" or why it is off (filled by install)
 _UNDO: dict[str, list] = {}  # patch name -> [(owner, attribute, original value)]
 
@@ -221,6 +244,167 @@ def _install_casts() -> list:
     return [_replace(builder, "cast_impl", cast_impl), _replace(builder, "create_fp_to_fp", create_fp_to_fp)]
 
 
+# ---- bfloat16 arithmetic -----------------------------------------------------------------------
+def _bf16_round(f: np.ndarray) -> np.ndarray:
+    """float32 values rounded to nearest even to bfloat16, as float32 (what the next step reads)."""
+    return _bf16_values(_bf16_bits(f))
+
+
+def _f64_round_to_odd(s: np.ndarray, err: np.ndarray) -> np.ndarray:
+    """s + err (s = the float64 nearest to that exact sum, err what it left out) rounded to odd:
+    s where exact or odd, else s's odd neighbour on err's side. Rounding to odd twice (here, then
+    to float32 in _bf16_bits) and once more to nearest even gives the correctly rounded bfloat16."""
+    s = np.array(s, dtype=np.float64)
+    even = (np.ascontiguousarray(s).view(np.uint64) & np.uint64(1)) == 0
+    nudge = np.isfinite(s) & (err != 0) & even.reshape(s.shape)
+    s[nudge] = np.nextafter(s[nudge], np.where(err[nudge] > 0, np.inf, -np.inf))
+    return s
+
+
+def _install_bfloat16_math() -> list:
+    import triton.language as tl
+    from triton.runtime import interpreter as I
+
+    TensorHandle, B, Reduce, Scan = I.TensorHandle, I.InterpreterBuilder, I.ReduceOps, I.ScanOps
+    FADD = I._ir.ATOMIC_OP.FADD
+    U16, I16 = np.dtype(np.uint16), np.dtype(np.int16)
+    originals = {(B, a): getattr(B, a) for a in ("binary_op", "unary_op", "ternary_op", "create_fma", "create_dot",
+                                                 "create_atomic_rmw")}
+    originals.update({(Reduce, a): getattr(Reduce, a) for a in ("sum", "min_max")})
+    originals.update({(Scan, a): getattr(Scan, a) for a in ("cumsum", "cumprod")})
+    load, store = I._interpreter.load, I._interpreter.store  # all present, or nothing is patched
+
+    def bits(h):
+        """A bfloat16 handle's patterns as uint16 (as the interpreter keeps them; int16 is read
+        the same way); None for any other handle, which keeps the interpreter's own arithmetic."""
+        d = h.data
+        if (d.dtype is U16 or d.dtype is I16) and h.dtype.scalar.name == "bf16":
+            return d if d.dtype is U16 else d.view(U16)
+        return None
+
+    def bf16(values):
+        return TensorHandle(_bf16_bits(values), tl.bfloat16)
+
+    def binary_op(self, lhs, rhs, op):
+        a, b = bits(lhs), bits(rhs)
+        if a is None or b is None:
+            return originals[B, "binary_op"](self, lhs, rhs, op)
+        with np.errstate(all="ignore"):
+            out = op(_bf16_values(a), _bf16_values(b))
+        return TensorHandle(out, tl.int1) if out.dtype == np.bool_ else bf16(out)
+
+    def unary_op(self, arg, op):
+        a = bits(arg)
+        if a is None:
+            return originals[B, "unary_op"](self, arg, op)
+        with np.errstate(all="ignore"):
+            return bf16(op(_bf16_values(a)))
+
+    def ternary_op(self, lhs, rhs, other, op):  # clamp (a select's int1 condition keeps the copy of the patterns)
+        abc = [bits(h) for h in (lhs, rhs, other)]
+        if any(x is None for x in abc):
+            return originals[B, "ternary_op"](self, lhs, rhs, other, op)
+        with np.errstate(all="ignore"):
+            return bf16(op(*(_bf16_values(x) for x in abc)))
+
+    def create_fma(self, x, y, z):
+        abc = [bits(h) for h in (x, y, z)]
+        if any(v is None for v in abc):
+            return originals[B, "create_fma"](self, x, y, z)
+        with np.errstate(all="ignore"):
+            a, b, c = (_bf16_values(v).astype(np.float64) for v in abc)
+            p = a * b  # exact: 16 significant bits, well inside float64's range
+            s = p + c
+            pp = s - c  # two-sum: the part of the exact p + c that s leaves out
+            err = (p - pp) + (c - (s - pp))
+        return bf16(_f64_round_to_odd(s, np.where(np.isfinite(err), err, 0.0)))
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        ab = [TensorHandle(_bf16_values(v), tl.float32) if v is not None else h
+              for h, v in ((a, bits(a)), (b, bits(b)))]
+        return originals[B, "create_dot"](self, *ab, d, input_precision, max_num_imprecise_acc)
+
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+        v = bits(val)
+        if v is None or rmwOp != FADD:
+            return originals[B, "create_atomic_rmw"](self, rmwOp, ptr, val, mask, sem, scope)
+        ptrs, add, live = np.broadcast_arrays(ptr.data, _bf16_values(v), mask.data)
+        shape = ptrs.shape
+        ptrs, add, live = ptrs.ravel(), add.ravel(), live.ravel()
+        old = np.zeros(ptrs.shape, dtype=np.uint16)
+        todo = np.flatnonzero(live)
+        while todo.size:  # a round: the first pending lane of each address, in lane order
+            _, first = np.unique(ptrs[todo], return_index=True)
+            lanes = todo[np.sort(first)]
+            on = np.ones(lanes.shape, dtype=bool)
+            cur = load(ptrs[lanes], on, np.zeros(lanes.shape, dtype=np.uint16), U16)
+            with np.errstate(all="ignore"):
+                store(ptrs[lanes], _bf16_bits(_bf16_values(cur) + add[lanes]), on)
+            old[lanes] = cur
+            todo = np.setdiff1d(todo, lanes, assume_unique=True)
+        return TensorHandle(old.reshape(shape), tl.bfloat16)
+
+    def reduce_sum(self, input):
+        v = bits(input.handle)
+        if v is None:
+            return originals[Reduce, "sum"](self, input)
+        f = _bf16_values(v)
+        axis = self.axis
+        if axis is None:
+            f = f.reshape(-1)
+        f = np.moveaxis(f, axis or 0, 0)
+        if f.shape[0] == 0:
+            f = np.zeros((1,) + f.shape[1:], dtype=np.float32)
+        with np.errstate(all="ignore"):
+            while f.shape[0] > 1:  # a tree of halves, each partial sum rounded to bfloat16
+                h = f.shape[0] // 2
+                f = np.concatenate([_bf16_round(f[:h] + f[h:2 * h]), f[2 * h:]])
+        r = np.asarray(f[0])
+        if self.keep_dims:
+            r = np.expand_dims(r, axis) if axis is not None else r.reshape((1,) * v.ndim)
+        return self.to_tensor(_bf16_bits(r), input.dtype)
+
+    def min_max(self, input, val_reduce_op, idx_reduce_op=None):
+        x = input[0] if isinstance(input, tuple) else input
+        if bits(x.handle) is None:
+            return originals[Reduce, "min_max"](self, input, val_reduce_op, idx_reduce_op)
+        vop = val_reduce_op and (lambda d, **kw: _bf16_bits(np.asarray(val_reduce_op(_bf16_values(d.view(U16)), **kw))))
+        iop = idx_reduce_op and (lambda d, **kw: idx_reduce_op(_bf16_values(d.view(U16)), **kw))
+        return originals[Reduce, "min_max"](self, input, vop, iop)
+
+    def scan(name, op):
+        def scanned(self, input):
+            v = bits(input.handle)
+            if v is None:
+                return originals[Scan, name](self, input)
+            f = np.moveaxis(_bf16_values(v), self.axis, 0).copy()
+            k = 1
+            with np.errstate(all="ignore"):
+                while k < f.shape[0]:  # Hillis-Steele: log2(n) steps, each result rounded to bfloat16
+                    f[k:] = _bf16_round(op(f[k:], f[:-k]))
+                    k *= 2
+            return [self.to_tensor(_bf16_bits(np.moveaxis(f, 0, self.axis)), input.dtype)]
+        return scanned
+
+    def get_bf16(self, value):  # a bfloat16 scalar constant: the float32 value rounded to nearest even
+        with np.errstate(over="ignore"):
+            return bf16(np.array([value], dtype=np.float32))
+
+    new = {(B, "binary_op"): binary_op, (B, "unary_op"): unary_op, (B, "ternary_op"): ternary_op,
+           (B, "create_fma"): create_fma, (B, "create_dot"): create_dot, (B, "create_atomic_rmw"): create_atomic_rmw,
+           (Reduce, "sum"): reduce_sum, (Reduce, "min_max"): min_max,
+           (Scan, "cumsum"): scan("cumsum", np.add), (Scan, "cumprod"): scan("cumprod", np.multiply)}
+    undo = [_replace(owner, attr, fn) for (owner, attr), fn in new.items()]
+    if hasattr(B, "get_bf16"):  # triton 3.9's: create_fp_trunc of the float32 value, which the casts patch rounds
+        return undo
+    # triton 3.6's interpreter has no get_bf16, so a bfloat16 tensor times a Python float (made a
+    # bfloat16 constant) raises AttributeError there; suspended, it is missing again
+    def missing(self, value):
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute 'get_bf16'")
+    B.get_bf16 = get_bf16
+    return undo + [(B, "get_bf16", missing)]
+
+
 # ---- float arguments ---------------------------------------------------------------------------
 def _install_float_args() -> list:
     import triton.language as tl
@@ -275,4 +459,4 @@ def _install_nested_calls() -> list:
 
 
 _INSTALLERS = {"autotune": _install_autotune, "casts": _install_casts, "float_args": _install_float_args,
-               "nested_calls": _install_nested_calls}
+               "nested_calls": _install_nested_calls, "bfloat16_math": _install_bfloat16_math}
