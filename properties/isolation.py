@@ -52,15 +52,18 @@ DEFAULT_TIMEOUT = 600.0  # seconds one check may take before it counts as a hang
 START_TIMEOUT = 300.0  # seconds a new worker may take to import torch, triton and the target
 
 
-# Crashes one test may cost before it stops: each costs a worker restart (a new CUDA context on a
-# GPU), and a target that crashes on most inputs spent them by the hundred while Hypothesis kept
-# generating (every new kind of failure extends its search) and shrinking; past the budget the
-# smallest crashing case seen so far is the test's failure (--isolate-max-crashes; 0: no budget).
-MAX_CRASHES = 40
+# Seconds of crashed checks one test may spend before it stops. Each crash restarts the worker: a
+# fraction of a second on the CPU, but on a GPU about 14 s (an H200, oob_read: 2 crashed checks took
+# 28 s, a new CUDA context and the target's kernels loaded again each time), so a target that
+# crashes on most inputs kept a test going for minutes while Hypothesis generated and shrunk.
+# Past the budget the smallest crashing case seen so far is the test's failure
+# (--isolate-crash-budget; 0: no budget). On the CPU a crash shrinks fully within it (about 30
+# crashed checks).
+CRASH_BUDGET = 60.0
 
 
 class CrashBudgetSpent(BaseException):
-    """Raised from a check when its test's crashes reach the budget: a BaseException, so that
+    """Raised from a check when its test's crashes have spent the budget: a BaseException, so that
     Hypothesis stops the test rather than counting it as one more failure. failure: the smallest
     crash seen, with a note saying why it is not shrunk further."""
 
@@ -70,24 +73,26 @@ class CrashBudgetSpent(BaseException):
 
 
 class CrashBudget:
-    """The crashes (TargetCrashed failures) of one test, up to `limit`."""
+    """The crashes (TargetCrashed failures) of one test and the seconds their checks took, up to
+    `seconds`."""
 
-    def __init__(self, limit: int):
-        self.limit, self.count, self.smallest = int(limit), 0, None
+    def __init__(self, seconds: float):
+        self.seconds, self.spent, self.count, self.smallest = float(seconds), 0.0, 0, None
 
-    def spend(self, e: BaseException, case) -> None:
+    def spend(self, e: BaseException, case, took: float) -> None:
         from .failures import TargetCrashed
         if not isinstance(e, TargetCrashed):
             return
         self.count += 1
+        self.spent += took
         size = len(repr(case))  # the shrinker's moves make the recipe shorter: a fair proxy of its order
         if self.smallest is None or size <= self.smallest[0]:
             self.smallest = (size, e)
-        if self.count >= self.limit:
+        if self.spent >= self.seconds:
             failure = self.smallest[1]
             if hasattr(failure, "add_note"):
-                failure.add_note(f"the test stopped after {self.count} crashes (--isolate-max-crashes): this is the "
-                                 "smallest crashing case seen, not shrunk further")
+                failure.add_note(f"the test stopped after {self.count} crash(es) that took {self.spent:.1f} s "
+                                 "(--isolate-crash-budget): this is the smallest crashing case seen, not shrunk further")
             raise CrashBudgetSpent(failure)
 
 

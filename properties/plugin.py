@@ -220,9 +220,10 @@ def pytest_addoption(parser):
                     help="run each invariant check in a worker process, so that a crash of the target (a segfault, a "
                          "broken CUDA context, a hang) is a failure Hypothesis shrinks and the run goes on "
                          "(auto, the default: on for every --target but the project's kernels); see properties/isolation.py")
-    group.addoption("--isolate-max-crashes", type=int, default=isolation.MAX_CRASHES, metavar="N",
-                    help="with --isolate: a test whose target crashed N times stops and reports the smallest "
-                         f"crashing case seen (each crash restarts the worker); 0: no limit; default {isolation.MAX_CRASHES}")
+    group.addoption("--isolate-crash-budget", type=float, default=isolation.CRASH_BUDGET, metavar="SECONDS",
+                    help="with --isolate: a test whose crashed checks (each restarts the worker) took SECONDS stops "
+                         "and reports the smallest crashing case seen; 0: no budget; "
+                         f"default {isolation.CRASH_BUDGET:g}")
     group.addoption("--isolate-timeout", type=float, default=isolation.DEFAULT_TIMEOUT, metavar="SECONDS",
                     help="with --isolate: a check without an answer after SECONDS is a crash (a hang); "
                          f"default {isolation.DEFAULT_TIMEOUT:g}")
@@ -262,9 +263,9 @@ def pytest_configure(config):
         parent = get(prof) if get else settings._profiles[prof]
         settings.register_profile(f"{prof}-{n}", parent=parent, max_examples=n)
         settings.load_profile(f"{prof}-{n}")
-    if config.getoption("isolate_max_crashes", isolation.MAX_CRASHES) < 0:
-        raise pytest.UsageError("--isolate-max-crashes must be a non-negative number of crashes, got "
-                                f"{config.getoption('isolate_max_crashes')}")
+    if not config.getoption("isolate_crash_budget", isolation.CRASH_BUDGET) >= 0:
+        raise pytest.UsageError("--isolate-crash-budget must be a non-negative number of seconds, got "
+                                f"{config.getoption('isolate_crash_budget')}")
     t = config.getoption("isolate_timeout", isolation.DEFAULT_TIMEOUT)
     if not t > 0:
         raise pytest.UsageError(f"--isolate-timeout must be a positive number of seconds, got {t}")

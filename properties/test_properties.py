@@ -22,10 +22,10 @@ class _TagsCase:
     so editing it would change every example the ci profile draws."""
 
     def __init__(self, inv, isolated=False, timeout=isolation.DEFAULT_TIMEOUT, pending=None, known=None,
-                 max_crashes=None):
+                 crash_budget=None):
         self._inv, self._isolated, self._timeout, self._pending = inv, isolated, timeout, pending
         self._known = known  # expected.ExpectedExamples: failing examples an xfails entry names
-        self._crashes = isolation.CrashBudget(max_crashes) if isolated and max_crashes else None
+        self._crashes = isolation.CrashBudget(crash_budget) if isolated and crash_budget else None
 
     def __getattr__(self, name):
         return getattr(self._inv, name)
@@ -33,6 +33,7 @@ class _TagsCase:
     def check(self, case, target):
         if self._pending is not None:
             self._pending.write(case)
+        start = time.perf_counter()
         try:
             if self._isolated:
                 return isolation.check(self._inv, case, target, self._timeout)
@@ -42,7 +43,7 @@ class _TagsCase:
                 return None
             e._properties_case = case
             if self._crashes is not None:
-                self._crashes.spend(e, case)  # raises CrashBudgetSpent once the test's crashes reach the budget
+                self._crashes.spend(e, case, time.perf_counter() - start)  # CrashBudgetSpent past the budget
             raise
 
 
@@ -58,7 +59,7 @@ def test_property(inv, op, target, request):
     pending = replay.Pending(where, target.name, inv.name, op) if where else None
     known = expected.ExpectedExamples(request.node.nodeid)  # xfails entries with a when clause
     inv = _TagsCase(inv, isolated, request.config.getoption("isolate_timeout", isolation.DEFAULT_TIMEOUT), pending,
-                    known, request.config.getoption("isolate_max_crashes", isolation.MAX_CRASHES))
+                    known, request.config.getoption("isolate_crash_budget", isolation.CRASH_BUDGET))
     stats = [0, 0.0]
     refusals.reset()
 

@@ -181,18 +181,19 @@ def test_crash_is_a_shrunk_failure_and_the_run_goes_on(tmp_path):
 
 
 def test_crashes_per_test_are_bounded(tmp_path):
-    """Past --isolate-max-crashes crashes a test stops: its failure is the smallest crashing case
-    seen (a replay file like any other), with a note that it is not shrunk further; the run goes
-    on."""
+    """Once its crashed checks have taken --isolate-crash-budget seconds a test stops: its failure
+    is the smallest crashing case seen (a replay file like any other), with a note that it is not
+    shrunk further; the run goes on."""
     fails = tmp_path / "fail"
-    out, text = _pytest(*OOB, "--isolate", "on", "--isolate-max-crashes", "2", "--properties-failures", str(fails))
+    out, text = _pytest(*OOB, "--isolate", "on", "--isolate-crash-budget", "0.001", "--properties-failures",
+                        str(fails))
     assert out.returncode == 1 and "1 failed, 1 passed" in text, text
-    assert "the test stopped after 2 crashes (--isolate-max-crashes)" in text, text
+    assert "the test stopped after 1 crash(es) that took" in text and "(--isolate-crash-budget)" in text, text
     (saved,) = [p for p in fails.iterdir()]
     inv, case, _ = replay.load(str(saved))
     assert inv == "matches_oracle" and case.tensors()[0][..., 0].numel() > 3, case  # crashes, unshrunk
-    out, text = _pytest(*OOB[:2], "--isolate-max-crashes", "-1", "--co")
-    assert out.returncode == 4 and "--isolate-max-crashes must be a non-negative number" in text, text
+    out, text = _pytest(*OOB[:2], "--isolate-crash-budget", "-1", "--co")
+    assert out.returncode == 4 and "--isolate-crash-budget must be a non-negative number" in text, text
 
 
 @pytest.mark.skipif(ON_GPU, reason="on a GPU the crash is an exception that leaves pytest alive")
