@@ -347,16 +347,15 @@ def pytest_collection_modifyitems(config, items):
 def _longest_first(item) -> int:
     """Run order (a stable sort: collection order within a rank): the stateful merge tests first
     (the longest single tests of a GPU run: about 1,000 examples of up to 10 calls each, 140-220 s
-    on an H200), then the laws on cross-entropy (the longest laws, 60-110 s), the other laws, and
-    the project's own tests (short, mostly seconds) last. pytest-xdist hands tests out in this
-    order, so the long ones start at once rather than in the run's tail."""
+    on an H200), then the laws, and the project's own tests (short, mostly seconds) last, so that
+    pytest-xdist, which hands tests out in this order, ends a run on short tests. The laws keep the
+    registry's order, law by law over the ops: workers that start together then work on different
+    ops and rarely compile the same Triton kernel at the same time (a GPU run's time is mostly
+    compilation, docs/results.md)."""
     name = module_name(item.path) or ""
     if name.endswith(".test_merge_stateful"):
         return 0
-    if name.startswith(SELFTEST + "."):
-        return 3
-    op = getattr(getattr(item, "callspec", None), "params", {}).get("op", "")
-    return 1 if str(op).startswith("cross_entropy") else 2
+    return 2 if name.startswith(SELFTEST + ".") else 1
 
 
 def item_tier(item) -> str:
