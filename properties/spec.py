@@ -84,7 +84,8 @@ class OpSpec:
       finite row of the output sums to 1.
       grad_truth(case, args, g, y) -> (ref, tol, only): the FP64 VJP of a differentiable op at
       its arguments args (x = args[0]) for the cotangent g (y: the output the target returned),
-      its bound, and the elements judged (None: all) (autograd_composition).
+      its bound (never NaN: 0 where ref is NaN), and the elements judged (None: all)
+      (autograd_composition).
       sample(x) -> (args, kwargs): a small valid call around the float64 tensor x (the autograd probe).
     Calibration
       torch_ref: the calibration target's function (properties/targets/torch.py), whose error on

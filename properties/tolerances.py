@@ -160,14 +160,23 @@ def log_softmax_backward_bound(dtype, z, g, S, absS, dep, dx, n, scale=1.0):
 
 
 def total_tolerance(eps: torch.Tensor, ref: torch.Tensor, out_dtype: torch.dtype, in_dtype: torch.dtype):
-    """eps plus the final rounding to out_dtype plus the FTZ floor of the compute precision."""
+    """eps plus the final rounding to out_dtype plus the FTZ floor of the compute precision. Where
+    the reference is NaN (a NaN or +inf input reached it) the bound is 0, never NaN: a correct
+    output is NaN there, matched by pattern, and a law that holds another output to this one
+    (two calls, two layouts) asks them to match exactly, by value and NaN pattern."""
     eps = torch.nan_to_num(eps, nan=0.0, posinf=float("inf"))
-    return eps + 0.5 * ulp(ref.abs() + eps, out_dtype) + ATOL_FTZ * TABLE[in_dtype].tiny_c
+    tol = eps + 0.5 * ulp(ref.abs() + eps, out_dtype) + ATOL_FTZ * TABLE[in_dtype].tiny_c
+    return torch.where(torch.isnan(ref), 0.0, tol)
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: torch.Tensor, out_dtype: torch.dtype):
-    """Element-wise verdict (float64 tensors). Returns a bool tensor of failures."""
+    """Element-wise verdict (float64 tensors). Returns a bool tensor of failures. NaN where ref has
+    NaN, infinities exactly, finite values within tol (or the infinity of ref's sign where ref + tol
+    reaches past out_dtype's range). A NaN bound (one formed outside total_tolerance that a
+    non-finite input reached) is taken as 0: the element must then equal ref exactly, by value
+    and NaN pattern (mismatch says what differs)."""
     out = out.to(torch.float64)
+    tol = torch.nan_to_num(tol, nan=0.0)
     nan_o, nan_r = torch.isnan(out), torch.isnan(ref)
     bad = nan_o != nan_r
     inf_r = torch.isinf(ref)
@@ -178,6 +187,23 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: torch.Tensor, out_dtype: 
     overflow_ok = torch.isinf(out) & (torch.sign(out) == torch.sign(ref)) & (ref.abs() + tol >= max_finite(out_dtype))
     bad |= fin & ~nan_o & ~(close | overflow_ok)
     return bad
+
+
+def mismatch(actual: float, expected: float, tol: float) -> str:
+    """What differs at one element compare() rejected, in words (actual, expected and tol as a
+    failure report prints them)."""
+    a, e = float(actual), float(expected)
+    if math.isnan(e) != math.isnan(a):
+        return "actual is NaN where expected is not" if math.isnan(a) else "expected is NaN, actual is not"
+    if math.isinf(a) and math.isinf(e):
+        return "infinities of opposite signs"
+    if math.isinf(a) != math.isinf(e):
+        return ("actual is infinite where expected is finite" if math.isinf(a)
+                else "expected is infinite, actual is finite")
+    if not tol > 0:
+        return ("unequal where an exact match is due (a bound of 0: the exact result is NaN there, or a "
+                "non-finite input reached the bound)")
+    return f"|actual - expected| = {abs(a - e):.3g} > tolerance"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -125,7 +125,10 @@ def normalized_grad_truth(case, args, g, y):
     out64 = case.spec.torch_ref(x64)
     (ref,) = torch.autograd.grad(out64, x64, g.double())
     vjp = vjp_of(case.op).name
-    _, tol = reference(vjp, case.dtype, [y.detach(), g])
+    ref_y, tol = reference(vjp, case.dtype, [y.detach(), g])
+    # where the output the kernel saved makes the VJP NaN and the exact VJP is not (its forward is
+    # wrong there: matches_oracle's failure), the VJP's bound at y says nothing: unbounded
+    tol = torch.where(torch.isnan(ref_y) & ~torch.isnan(ref), math.inf, tol)
     _, tol_f = reference(case.op, case.dtype, [x.detach()])
     _, fwd64 = reference(case.op, torch.float64, [x.detach()])
     y64 = out64.detach()

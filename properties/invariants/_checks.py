@@ -162,14 +162,15 @@ def bits_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def assert_close(case, target, out, ref, tol, what, call=None, only=None, dtype=None, out_name="out"):
     """out within tol of ref (tolerances.compare) for an output of dtype (default: the op's output
     dtype); only: a bool mask (broadcast to ref) of the elements the law covers, None for all."""
+    tol = torch.nan_to_num(tol, nan=0.0)  # compare's reading of a NaN bound, so the report shows it
     bad = T.compare(out, ref, tol, dtype or case.spec.out_dtype(case.dtype))
     if only is not None:
         bad = bad & only
     if bool(bad.any()):
         i = worst(bad, (out.double() - ref).abs() / tol.clamp_min(1e-300))
         of = "" if out_name == "out" else f" of {out_name}"
-        fail(case, target, f"{what}: {int(bad.sum())} of {bad.numel()} elements{of} out of bounds",
-             i, ref[i], out[i], tol[i], call, out_name=out_name)
+        fail(case, target, f"{what}: {int(bad.sum())} of {bad.numel()} elements{of} out of bounds "
+             f"(worst: {T.mismatch(out[i], ref[i], tol[i])})", i, ref[i], out[i], tol[i], call, out_name=out_name)
 
 
 def assert_bitwise(case, target, a, b, what, call=None, out_name="out"):
