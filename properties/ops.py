@@ -14,7 +14,7 @@ import torch
 from softmax_properties import oracles
 
 from . import strategies as S, truth
-from .spec import OPS, OpSpec, lookup, lse_dtype, register
+from .spec import OPS, OpSpec, lookup, lse_dtype, lse_or_input_dtype, register
 from .targets import torch as torch_target
 
 
@@ -89,7 +89,8 @@ register(OpSpec("log_softmax", args=("x",), oracle=oracles.log_softmax, referenc
                 differentiable=True, out_range=(-math.inf, 0.0), grad_truth=truth.normalized_grad_truth,
                 semantics=_forward_rows(1), torch_ref=torch_target.log_softmax, **_SOFTMAX_FAMILY))
 register(OpSpec("logsumexp", args=("x",), oracle=oracles.logsumexp, reference=truth.logsumexp_reference,
-                out_dtype=lse_dtype, reduces=True, differentiable=True, grad_truth=truth.logsumexp_grad_truth,
+                out_dtype=lse_dtype, default_out_dtypes=lse_or_input_dtype, reduces=True, differentiable=True,
+                grad_truth=truth.logsumexp_grad_truth,
                 semantics=_forward_rows(2), torch_ref=torch_target.logsumexp, **_SOFTMAX_FAMILY))
 register(OpSpec("softmax_backward", args=("y", "dy"), oracle=oracles.softmax_backward, forward="softmax",
                 reference=truth.softmax_backward_reference, torch_ref=torch_target.softmax_backward, **_SOFTMAX_FAMILY))

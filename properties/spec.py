@@ -7,6 +7,7 @@ This module is the bottom of the suite's imports: it imports no other module of 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -23,11 +24,21 @@ def lse_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def lse_or_input_dtype(dtype: torch.dtype) -> tuple:
+    """The dtypes the default tier accepts for logsumexp's output: the contract's lse_dtype, or the
+    input's own, which torch.logsumexp returns (a bfloat16 lse of bfloat16 logits). Either is a
+    legitimate convention; the values are judged at the precision returned (truth.reference's
+    returned=), so an lse rounded to 16 bits carries that rounding and no more. The strict tier
+    keeps lse_dtype: a 16-bit lse loses the precision a following merge needs."""
+    return tuple(dict.fromkeys((lse_dtype(dtype), dtype)))
+
+
 @dataclass(frozen=True)
 class Expected:
     """One output of an op as the FP64 truth has it: ``ref`` and the elementwise bound ``tol``
     (float64), the output's ``dtype``, the elements the tier judges (``only``, a bool mask
-    broadcast to ``ref``; None: all), how a report names it and what a mismatch means."""
+    broadcast to ``ref``; None: all), how a report names it and what a mismatch means; ``also``:
+    further dtypes the tier accepts for it, each with its bound (logsumexp in the default tier)."""
 
     name: str
     ref: torch.Tensor
@@ -35,6 +46,21 @@ class Expected:
     dtype: torch.dtype
     only: Optional[torch.Tensor] = None
     what: str = "differs from the FP64 oracle"
+    also: tuple = ()  # (dtype, tol): another dtype the tier accepts for this output, and the bound there
+
+    @property
+    def dtypes(self) -> tuple:
+        """Every dtype the tier accepts for this output, its own first."""
+        return (self.dtype,) + tuple(d for d, _ in self.also)
+
+    def returned_as(self, dtype: torch.dtype) -> "Expected":
+        """This output as judged when the target returned it in dtype: itself for its own dtype
+        (or one the tier does not accept: the structure check reports that), else with the
+        dtype and bound that ``also`` gives for it."""
+        for d, tol in self.also:
+            if d == dtype and d != self.dtype:
+                return dataclasses.replace(self, dtype=d, tol=tol, also=())
+        return self
 
 
 @dataclass(frozen=True)
@@ -69,9 +95,11 @@ class OpSpec:
       reference(dtype, args, depth, **options) -> (ref, tol): for single-output ops of the
       softmax family, the same at a given reduction-depth model (tolerances.depth_any / depth),
       which laws also ask of other ops (log_softmax's laws ask logsumexp's).
-      out_dtype: the output dtype from the input dtype. reduces: the output drops the reduced
-      axis. semantics: edge rows, each (what, args, options, expected outputs), that the oracle
-      must reproduce (properties/test_registry.py).
+      out_dtype: the output dtype from the input dtype. default_out_dtypes: every output dtype
+      the default tier accepts for an input dtype (None: out_dtype's alone; logsumexp:
+      lse_or_input_dtype), the values judged at the precision returned. reduces: the output
+      drops the reduced axis. semantics: edge rows, each (what, args, options, expected
+      outputs), that the oracle must reproduce (properties/test_registry.py).
     Inputs
       cases(draw, spec, families, max_cols) -> case: draws a case (strategies.cases calls it);
       many_rows(draw, spec) -> case: thousands of short rows (None: no many-rows case).
@@ -100,6 +128,7 @@ class OpSpec:
     many_rows: Optional[Callable] = None
     reference: Optional[Callable] = None
     out_dtype: Callable = same_dtype
+    default_out_dtypes: Optional[Callable] = None
     reduces: bool = False
     forward: Optional[str] = None
     differentiable: bool = False

@@ -169,6 +169,16 @@ def total_tolerance(eps: torch.Tensor, ref: torch.Tensor, out_dtype: torch.dtype
     return torch.where(torch.isnan(ref), 0.0, tol)
 
 
+def rerounded(tol: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The bound of an output within tol of ref (its bound at a finer output dtype, its own final
+    rounding included) once it is rounded to dtype: tol + half an ulp of dtype at |ref| + tol.
+    It covers the value computed before the final rounding rounded to dtype at once (within
+    eps <= tol, plus half an ulp at |ref| + eps), and rounded twice, to the finer dtype and then
+    to dtype (a float32 logsumexp cast to bfloat16: within tol, plus half an ulp at
+    |ref| + tol). Where tol is 0 (a NaN reference, total_tolerance) it stays 0."""
+    return torch.where(torch.isnan(ref), 0.0, tol + 0.5 * ulp(ref.abs() + tol, dtype))
+
+
 def compare(out: torch.Tensor, ref: torch.Tensor, tol: torch.Tensor, out_dtype: torch.dtype):
     """Element-wise verdict (float64 tensors). Returns a bool tensor of failures. NaN where ref has
     NaN, infinities exactly, finite values within tol (or the infinity of ref's sign where ref + tol

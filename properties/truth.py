@@ -17,12 +17,28 @@ from .case import tree_depth, tree_leaves
 from .spec import Expected, Truth, lookup, lse_dtype, vjp_of
 
 
-def reference(op: str, dtype, args, depth=T.depth_any, **options):
+def reference(op: str, dtype, args, depth=T.depth_any, returned=None, **options):
     """(reference, tolerance) in float64 for a single-output op of the softmax family at the given
     (laid-out) arguments. depth: the reduction-depth model of the bound (tolerances.depth_any, the
-    default tier's any summation order, or tolerances.depth, the strict tier's). options: the
-    case's keyword options, for ops that take any."""
-    return lookup(op).reference(dtype, args, depth, **options)
+    default tier's any summation order, or tolerances.depth, the strict tier's). returned: the
+    dtype the target returned the output in (returned_bound). options: the case's keyword
+    options, for ops that take any."""
+    spec = lookup(op)
+    ref, tol = spec.reference(dtype, args, depth, **options)
+    return ref, returned_bound(spec, dtype, ref, tol, returned)
+
+
+def returned_bound(spec, dtype, ref, tol, returned):
+    """tol, the bound of spec's output at spec.out_dtype(dtype), for an output the target
+    returned in dtype `returned`: where that is another dtype the default tier accepts
+    (spec.default_out_dtypes: logsumexp in the input's dtype, as torch.logsumexp returns it),
+    tol plus the rounding to it (tolerances.rerounded: the value of a correct kernel, at the
+    contract's dtype or before its final rounding, rounded once more); else tol itself (a dtype
+    the tier does not accept is the structure check's failure, not the bound's)."""
+    if (returned is None or returned == spec.out_dtype(dtype) or spec.default_out_dtypes is None
+            or returned not in spec.default_out_dtypes(dtype)):
+        return tol
+    return T.rerounded(tol, ref, returned)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -94,10 +110,16 @@ def vjp_rows(case, args, strict):
 
 def logits_truth(case, args, strict=False) -> Truth:
     """The Truth of a single-output op of the softmax family: its reference at the tier's depth
-    (strict: tolerances.depth), judged on the rows vjp_rows covers."""
-    ref, tol = case.spec.reference(case.dtype, args, T.depth if strict else T.depth_any, **case.kwargs())
+    (strict: tolerances.depth), judged on the rows vjp_rows covers; in the default tier, in any
+    output dtype the spec accepts there (default_out_dtypes), at the precision returned."""
+    spec = case.spec
+    ref, tol = spec.reference(case.dtype, args, T.depth if strict else T.depth_any, **case.kwargs())
     rows = vjp_rows(case, args, strict)
-    return Truth((Expected("out", ref, tol, case.spec.out_dtype(case.dtype), None if rows is None else rows[..., None]),))
+    out_dtype = spec.out_dtype(case.dtype)
+    also = () if strict or spec.default_out_dtypes is None else tuple(
+        (d, returned_bound(spec, case.dtype, ref, tol, d))
+        for d in spec.default_out_dtypes(case.dtype) if d != out_dtype)
+    return Truth((Expected("out", ref, tol, out_dtype, None if rows is None else rows[..., None], also=also),))
 
 
 def rounded_forward_effect(op, out, g, du):
@@ -148,8 +170,9 @@ def logsumexp_grad_truth(case, args, g, y):
     _, tol_p = reference("softmax", case.dtype, [x.detach()])
     # a backward that forms exp(x - lse) from the forward's saved output (autograd saves it,
     # rounded to its dtype: torch's does) moves dx by |dx| expm1(|lse error|), the error
-    # within logsumexp's own bound; huge enough at |x| ~ finfo.max to cover anything there
-    _, tol_l = reference("logsumexp", case.dtype, [x.detach()])
+    # within logsumexp's own bound at the dtype it was returned in (returned_bound: a bfloat16
+    # lse carries its rounding to bfloat16); huge enough at |x| ~ finfo.max to cover anything there
+    _, tol_l = reference("logsumexp", case.dtype, [x.detach()], returned=y.dtype)
     saved = ref.abs() * torch.expm1(tol_l.clamp_max(700))[..., None]
     eps = g.double().abs()[..., None] * tol_p + 2 * T.TABLE[case.dtype].u_c * ref.abs() + torch.nan_to_num(saved, nan=0.0)
     return ref, T.total_tolerance(eps, ref, case.dtype, case.dtype), None

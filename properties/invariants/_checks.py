@@ -187,22 +187,31 @@ def assert_bitwise(case, target, a, b, what, call=None, out_name="out"):
 
 def assert_structure(case, target, out, want, what, call=None):
     """out is the outputs described by want, [(name, shape, dtype, device)] (one entry: a tensor;
-    more: a tuple or list of tensors)."""
+    more: a tuple or list of tensors); dtype may be a tuple of the dtypes the tier accepts."""
     outs = outputs(out) if len(want) > 1 else (out,)
     ok = len(outs) == len(want) and all(isinstance(t, torch.Tensor) for t in outs)
     have = [(tuple(t.shape), t.dtype, t.device) for t in outs] if ok else type(out)
-    expect = [(tuple(shape), dtype, device) for _, shape, dtype, device in want]
+
+    def dtype_for(dtype, t):  # of several accepted dtypes, the one t has (else the first)
+        if not isinstance(dtype, tuple):
+            return dtype
+        return t.dtype if ok and t.dtype in dtype else dtype[0]
+    expect = [(tuple(shape), dtype_for(dtype, t), device)
+              for (_, shape, dtype, device), t in zip(want, outs if ok else [None] * len(want))]
     if not ok or have != expect:
         names = want[0][0] if len(want) == 1 else f"({', '.join(n for n, *_ in want)})"
+        either = "; ".join(f"{n}'s dtype may be {' or '.join(str(d) for d in dtype)}"
+                           for n, _, dtype, _ in want if isinstance(dtype, tuple) and len(dtype) > 1)
         fail(case, target, f"{what}: expected {names} with (shape, dtype, device) "
-             f"{expect[0] if len(want) == 1 else expect}; got {have[0] if ok and len(want) == 1 else have}",
-             call=call, kind=WrongOutput)
+             f"{expect[0] if len(want) == 1 else expect}{f' ({either})' if either else ''}; "
+             f"got {have[0] if ok and len(want) == 1 else have}", call=call, kind=WrongOutput)
 
 
 def expect_outputs(case, target, out, truth, what="outputs", call=None):
-    """out has the outputs truth describes: their number, shapes, dtypes and device."""
-    assert_structure(case, target, out, [(e.name, e.ref.shape, e.dtype, e.ref.device) for e in truth.outputs], what,
-                     call)
+    """out has the outputs truth describes: their number, shapes, dtypes (any the tier accepts:
+    Expected.dtypes) and device."""
+    assert_structure(case, target, out, [(e.name, e.ref.shape, e.dtypes if e.also else e.dtype, e.ref.device)
+                                         for e in truth.outputs], what, call)
 
 
 def check_outputs(case, target, out, truth, call=None, args=None, record=False):
@@ -214,6 +223,7 @@ def check_outputs(case, target, out, truth, call=None, args=None, record=False):
     if record:
         record_error(case, target, args, out, truth)
     for got, e in zip(outputs(out), truth.outputs):
+        e = e.returned_as(got.dtype)  # judged at the precision returned, where the tier accepts several
         assert_close(case, target, got, e.ref, e.tol, e.what, call, only=e.only, dtype=e.dtype, out_name=e.name)
 
 
@@ -247,6 +257,7 @@ def record_error(case, target, args, out, truth):
     got, e = outputs(out)[0], truth.outputs[0]
     if not getattr(target, "record", True) or not isinstance(got, torch.Tensor) or got.shape != e.ref.shape:
         return
+    e = e.returned_as(got.dtype)
     fin = torch.isfinite(e.ref) & torch.isfinite(got.double())
     if not bool(fin.any()):
         return

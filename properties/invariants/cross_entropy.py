@@ -66,18 +66,19 @@ def ce_loss_nonnegative(case, target):
 def ce_loss_is_lse_minus_target_logit(case, target):
     """Without smoothing, loss_i = logsumexp(x_i) - x_i[t_i] (reduction="none"), with logsumexp
     the target's own when it has one (else the FP64 oracle). Bound: tol(cross_entropy) +
-    tol(logsumexp) (both against the same FP64 truth) + one rounding of the difference, on rows
-    that are counted and whose logits are finite."""
+    tol(logsumexp) (both against the same FP64 truth; the latter at the dtype logsumexp returned)
+    + one rounding of the difference, on rows that are counted and whose logits are finite."""
     x, t = case.tensors(target.device)
     assume(x[..., 0].numel() >= 1)
     loss = op_call(case, target, x, t, reduction="none", label_smoothing=0.0).double()
-    lse = run(target, "logsumexp", x).double() if target.has("logsumexp") else oracles.logsumexp(x)
+    lse = run(target, "logsumexp", x) if target.has("logsumexp") else oracles.logsumexp(x)
+    _, tol_lse = reference("logsumexp", case.dtype, [x], returned=lse.dtype)
+    lse = lse.double()
     ign = t == case.ignore_index
     tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
     xt = torch.gather(x.double(), -1, tc[..., None])[..., 0]
     rhs = lse - xt
     _, tol_ce = ce_truth(case, [x, t], reduction="none", label_smoothing=0.0)
-    _, tol_lse = reference("logsumexp", case.dtype, [x])
     tol = tol_ce + tol_lse + T.ulp(rhs.abs(), case.dtype)
     rows = ~ign & finite_rows(x)
     assume(bool(rows.any()))

@@ -148,9 +148,9 @@ def follows_current_stream(case, target):
 @invariant(every_op)
 def output_dtype_and_shape(case, target):
     """Every output has the shape, dtype and device the op's spec gives (its truth): the input's
-    dtype and shape (logsumexp: float32 for 16/32-bit input, float64 for float64, without the
-    last axis; a merge's lse likewise; a loss: the targets' shape for reduction="none", else ()),
-    on the input's device."""
+    dtype and shape (logsumexp: float32 for 16/32-bit input, float64 for float64, or the input's
+    dtype, as torch.logsumexp returns it, without the last axis; a merge's lse: float32 / float64;
+    a loss: the targets' shape for reduction="none", else ()), on the input's device."""
     args = case.tensors(target.device)
     out = call_op(case, target, args)
     expect_outputs(case, target, out, case.spec.truth(case, args), "wrong outputs")

@@ -66,9 +66,10 @@ def named(name: str):
     return applies
 
 
-def ref_tol(case, args, depth=T.depth_any):
-    """(reference, tolerance) of the case's op at these arguments, with the case's options."""
-    return reference(case.op, case.dtype, args, depth, **case.kwargs())
+def ref_tol(case, args, depth=T.depth_any, returned=None):
+    """(reference, tolerance) of the case's op at these arguments, with the case's options;
+    returned: the dtype the target returned the output in (truth.returned_bound)."""
+    return reference(case.op, case.dtype, args, depth, returned=returned, **case.kwargs())
 
 
 @invariant(softmax_family, strict="matches_oracle_strict")
@@ -137,11 +138,11 @@ def shift_invariance(case, target, strict=False):
     b = op_call(case, target, xs)
     call = f"out = target.{case.op}(x + {c})  # vs target.{case.op}(x)"
     if case.spec.reduces:  # the output moves by c: lse(x + c) = lse(x) + c
-        ref, tol = ref_tol(case, [x])
-        _, tol2 = ref_tol(case, [xs])
+        ref, tol = ref_tol(case, [x], returned=a.dtype)
+        _, tol2 = ref_tol(case, [xs], returned=b.dtype)
         tol = tol + tol2 + T.ulp(ref.abs() + abs(c), a.dtype)
         assert_close(case, target, b.double() - c, a.double(), tol,
-                     f"logsumexp(x + {c}) - {c} != logsumexp(x)", call)
+                     f"logsumexp(x + {c}) - {c} != logsumexp(x)", call, dtype=a.dtype)
     elif strict:
         assert_bitwise(case, target, b, a, f"{case.op}(x + {c}) != {case.op}(x)", call)
     else:
@@ -159,12 +160,12 @@ def permutation_equivariance(case, target):
     p = torch.roll(torch.arange(D - 1, -1, -1, device=x.device), D // 3)
     a = op_call(case, target, x[..., p])
     b = op_call(case, target, x)
-    ref, tol = ref_tol(case, [x])
+    ref, tol = ref_tol(case, [x], returned=b.dtype)
     if not case.spec.reduces:
         b, ref, tol = b[..., p], ref[..., p], tol[..., p]
     assert_close(case, target, a.double(), b.double(), 2 * tol,
                  "permuting the columns changed the result", "p = ...  # reversed then rolled by D // 3\n"
-                 f"out = target.{case.op}(x[..., p])")
+                 f"out = target.{case.op}(x[..., p])", dtype=b.dtype)
 
 
 @invariant(elementwise)
@@ -203,14 +204,16 @@ def constant_row_uniform(case, target):
            needs=("op:logsumexp",))
 def log_softmax_is_x_minus_logsumexp(case, target):
     """log_softmax(x) == x - logsumexp(x) (each from the target), within tol(log_softmax) +
-    tol(logsumexp) + rounding of the subtraction (u |x - lse|, in float64 here)."""
+    tol(logsumexp) (at the dtype logsumexp returned) + rounding of the subtraction (u |x - lse|,
+    in float64 here)."""
     (x,) = case.tensors(target.device)
     assume(x.shape[-1] >= 1)
     z = run(target, "log_softmax", x).double()
-    lse = run(target, "logsumexp", x).double()
+    lse = run(target, "logsumexp", x)
+    _, tl_ = reference("logsumexp", case.dtype, [x], returned=lse.dtype)
+    lse = lse.double()
     rhs = x.double() - lse[..., None]
     _, tz = reference("log_softmax", case.dtype, [x])
-    _, tl_ = reference("logsumexp", case.dtype, [x])
     tol = tz + tl_[..., None] + T.ulp(rhs, case.dtype)
     rows = finite_rows(x)
     rhs = torch.where(rows[..., None], rhs, z)  # edge rows are the oracle invariant's business
@@ -405,8 +408,8 @@ def _agree(case, target, out, base, args, strict, what, call=None):
     if out.shape != base.shape or out.dtype != base.dtype:
         fail(case, target, f"{what}: shape/dtype {tuple(out.shape)}/{out.dtype} vs {tuple(base.shape)}/{base.dtype}",
              call=call, kind=WrongOutput)
-    e = case.spec.truth(case, args).outputs[0]
-    assert_close(case, target, out, base.double(), 2 * e.tol, what, call, only=e.only)
+    e = case.spec.truth(case, args).outputs[0].returned_as(base.dtype)
+    assert_close(case, target, out, base.double(), 2 * e.tol, what, call, only=e.only, dtype=e.dtype)
 
 
 @invariant(softmax_family, strict="layout_invariance_bitwise")

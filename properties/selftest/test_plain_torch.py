@@ -3,6 +3,9 @@ torch's conventions are not bugs.
 
 * A bound is never NaN: where the exact result is NaN, a law comparing two outputs asks them to
   match exactly, and its report says what differs.
+* logsumexp may return the input's dtype (torch.logsumexp's), judged at that precision; the strict
+  tier keeps demanding float32 for 16-bit input, and a logsumexp whose sum is itself formed in
+  16 bits (torch.logsumexp of bfloat16 input, directly) stays below the bar.
 
 Each direct case runs in well under a second."""
 from __future__ import annotations
@@ -16,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from .. import tolerances as T
 from ..case import Case
-from ..failures import PropertyFailure
+from ..failures import OutOfTolerance, PropertyFailure, WrongOutput
 from ..invariants import law
 from ..invariants._checks import assert_close
 from ..invariants._registry import checking
@@ -111,3 +114,46 @@ def test_a_bound_is_never_nan_and_an_exact_match_is_asked_where_the_truth_is_nan
     nan_tol = torch.full((2,), nan, dtype=torch.float64)
     assert not bool(T.compare(torch.zeros(2), torch.zeros(2, dtype=torch.float64), nan_tol, torch.float32).any())
     assert bool(T.compare(torch.ones(2), torch.zeros(2, dtype=torch.float64), nan_tol, torch.float32).all())
+
+
+# ----------------------------------------------------------------------------------------------
+# logsumexp in the input's dtype
+# ----------------------------------------------------------------------------------------------
+LSE_ROWS = [[0.0, -5.0], [0.3, -1.2], [100.5, 99.0]]  # lse near 0 (a fine bfloat16 grid), and near 100
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["output_dtype_and_shape", "matches_oracle", "all_outputs_written",
+                                  "permutation_equivariance", "layout_invariance"])
+def test_logsumexp_in_the_input_dtype_passes_the_default_tier(name, dtype, target):
+    """torch.logsumexp returns the input's dtype: a logsumexp computed in float32 and cast to the
+    16-bit input dtype (rounded twice) meets every default law, judged at the returned precision."""
+    plain = _target(target.device)
+    assert plain.call("logsumexp", torch.zeros(2, 3, dtype=dtype)).dtype == dtype
+    case = _case("logsumexp", LSE_ROWS, dtype)
+    if name == "layout_invariance":
+        case = Case("logsumexp", dtype, (Input(case.inputs[0].logits, (3,), Layout("transposed")),))
+    assert _fails(name, case, plain) is None
+
+
+def test_the_strict_tier_keeps_float32_for_a_16_bit_lse(target):
+    """matches_oracle_strict still demands the contract's float32 lse for 16-bit input."""
+    e = _fails("matches_oracle_strict", _case("logsumexp", LSE_ROWS), _target(target.device))
+    assert isinstance(e, WrongOutput) and "torch.float32" in str(e) and "torch.bfloat16" in str(e), e
+
+
+def test_a_logsumexp_of_another_dtype_still_fails():
+    """Neither tier accepts a dtype that is neither float32 nor the input's (float16 for bfloat16
+    input), and the report names both accepted dtypes."""
+    plain = _target("cpu", logsumexp=lambda x, dim=-1: plain_torch.logsumexp(x, dim).to(torch.float16))
+    e = _fails("output_dtype_and_shape", _case("logsumexp", LSE_ROWS), plain)
+    assert isinstance(e, WrongOutput) and "may be torch.float32 or torch.bfloat16" in str(e), e
+
+
+def test_a_logsumexp_summed_in_16_bits_stays_below_the_bar(target):
+    """The default tier's bar for 16-bit input is float32 arithmetic inside: torch.logsumexp
+    applied to bfloat16 input directly rounds its sum of exponentials to bfloat16 before the log
+    ([0, -5]: 0.0077820 where the exact lse is 0.0067153, a float32 sum rounded once gives
+    0.0067139), an error the returned dtype's rounding does not cover."""
+    direct = _target(target.device, logsumexp=lambda x, dim=-1: torch.logsumexp(x, dim))
+    assert isinstance(_fails("matches_oracle", _case("logsumexp", LSE_ROWS), direct), OutOfTolerance)
