@@ -440,18 +440,55 @@ def ce_default_mask(case, args, out_shape):
     return None if in_range else torch.zeros(out_shape, dtype=torch.bool, device=x.device)
 
 
+def nan_rows_keep_their_nan(x, ref):
+    """The default tier's rule for an output row whose exact result is NaN (a row of a gradient
+    with one element per input element): the NaN must not be scrubbed away, so the row's elements
+    at the inputs that poison it (NaN and +inf; in a row with neither, e.g. all -inf, every
+    element) are judged, and must be NaN; its other elements are not judged. Returns the bool mask
+    of the judged elements (ref's shape), None for all.
+    A correct cross-entropy whose gradient is formed as exp(x - lse) - onehot, the design of fused
+    cross-entropy kernels, gives float32 logits [inf, 0], target 0, the gradient [nan, 0]: the
+    +inf logit's exp(inf - inf) is NaN, the finite one's exp(0 - inf) is 0, while the exact row is
+    NaN throughout (torch's autograd through log_softmax gives [nan, nan]). Both are correct
+    enough for any user: the row is visibly poisoned either way. A kernel that turns the whole
+    row finite (a NaN scrubbed, a fully masked row zeroed) hides the poison and fails. The strict
+    tier keeps the oracle's whole-row NaN."""
+    if ref.ndim == 0 or ref.shape[-1] == 0:
+        return None
+    nan_row = torch.isnan(ref).all(-1, keepdim=True)
+    if not bool(nan_row.any()):
+        return None
+    x64 = x.detach().to(torch.float64)
+    poison = torch.isnan(x64) | (x64 == math.inf)
+    poison = (poison | ~poison.any(-1, keepdim=True)).expand(ref.shape)
+    judged = ~nan_row | poison
+    return None if bool(judged.all()) else judged
+
+
+def _both(a, b):
+    """The elements two judged-element masks both judge (None: all)."""
+    return b if a is None else a if b is None else a & b
+
+
 def cross_entropy_truth(case, args, strict=False) -> Truth:
     """The loss (forward) or gradient (backward) against the FP64 oracle: the bound for any
-    summation order on the outputs ce_default_mask covers (default), the bound at the project's
-    reduction depth on every output (strict)."""
+    summation order on the outputs ce_default_mask covers, and for the gradient's rows whose exact
+    result is NaN, on the elements nan_rows_keep_their_nan judges (default); the bound at the
+    project's reduction depth on every output (strict)."""
     ref, tol = ce_truth(case, args, depth=T.depth if strict else T.depth_any, strict=strict)
-    return Truth((Expected("out", ref, tol, case.dtype, None if strict else ce_default_mask(case, args, ref.shape)),))
+    if strict:
+        return Truth((Expected("out", ref, tol, case.dtype),))
+    only = ce_default_mask(case, args, ref.shape)
+    if case.spec.is_vjp:
+        only = _both(only, nan_rows_keep_their_nan(args[0], ref))
+    return Truth((Expected("out", ref, tol, case.dtype, only),))
 
 
 def cross_entropy_grad_truth(case, args, g, y):
-    """grad_truth of cross_entropy: the FP64 oracle's gradient for the cotangent g (ce_truth of the
-    backward), judged where ce_default_mask says (ignored rows of NaN / inf logits: NaN or 0)."""
+    """grad_truth of cross_entropy: the explicit backward's default-tier truth for the cotangent g
+    (cross_entropy_truth), so autograd's gradient is judged as the backward's is: the FP64
+    oracle's gradient and bound, on the elements ce_default_mask (ignored rows of NaN / inf
+    logits: NaN or 0) and nan_rows_keep_their_nan judge."""
     bwd = dataclasses.replace(case, op=vjp_of(case.op).name)
-    x, t = args[0].detach(), args[1]
-    ref, tol = ce_truth(bwd, [x, t, g])
-    return ref, tol, ce_default_mask(bwd, [x, t], ref.shape)
+    e = cross_entropy_truth(bwd, [args[0].detach(), args[1], g])[0]
+    return e.ref, e.tol, e.only

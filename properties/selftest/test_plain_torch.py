@@ -6,6 +6,9 @@ torch's conventions are not bugs.
 * logsumexp may return the input's dtype (torch.logsumexp's), judged at that precision; the strict
   tier keeps demanding float32 for 16-bit input, and a logsumexp whose sum is itself formed in
   16 bits (torch.logsumexp of bfloat16 input, directly) stays below the bar.
+* A cross-entropy gradient formed as exp(x - lse) - onehot keeps its NaN only where the logits
+  poison the row ([inf, 0] gives [nan, 0]): every law judges it by the same rule
+  (truth.nan_rows_keep_their_nan), and a gradient with the NaN scrubbed away still fails.
 
 Each direct case runs in well under a second."""
 from __future__ import annotations
@@ -18,13 +21,14 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from .. import tolerances as T
-from ..case import Case
+from ..case import Case, CECase
 from ..failures import OutOfTolerance, PropertyFailure, WrongOutput
 from ..invariants import law
 from ..invariants._checks import assert_close
 from ..invariants._registry import checking
+from ..mutants import ce_backward_nan_scrubbed
 from ..ops import OPS, Target
-from ..strategies import Input, Layout, Logits
+from ..strategies import DLoss, Input, Layout, Logits, Targets
 from . import plain_torch
 
 inf, nan = math.inf, math.nan
@@ -52,6 +56,11 @@ def _logits(rows, dtype="float32"):
 
 def _case(op, rows, dtype=torch.bfloat16):
     return Case(op, dtype, (_logits(rows, str(dtype).replace("torch.", "")),))
+
+
+def _ce_case(op, rows, target, reduction="none", dloss=None):
+    return CECase(op, torch.float32, _logits(rows), Targets(tuple(target)), -100, reduction, 0.0,
+                  dloss if dloss is not None or op == "cross_entropy" else DLoss())
 
 
 def _fails(name, case, target):
@@ -157,3 +166,36 @@ def test_a_logsumexp_summed_in_16_bits_stays_below_the_bar(target):
     0.0067139), an error the returned dtype's rounding does not cover."""
     direct = _target(target.device, logsumexp=lambda x, dim=-1: torch.logsumexp(x, dim))
     assert isinstance(_fails("matches_oracle", _case("logsumexp", LSE_ROWS), direct), OutOfTolerance)
+
+
+# ----------------------------------------------------------------------------------------------
+# a cross-entropy gradient formed as exp(x - lse) - onehot: [inf, 0] gives [nan, 0]
+# ----------------------------------------------------------------------------------------------
+POISONED = [[inf, 0.0], [0.0, 0.0]]
+
+
+@pytest.mark.parametrize("name,op", [("ce_matches_oracle", "cross_entropy_backward"),
+                                     ("all_outputs_written", "cross_entropy_backward"),
+                                     ("autograd_cotangent_layouts", "cross_entropy"),
+                                     ("autograd_composition", "cross_entropy")])
+def test_a_gradient_that_keeps_its_nan_where_the_logits_poison_the_row(name, op, target):
+    """float32 logits [[inf, 0], [0, 0]], targets [0, 0], reduction 'none': the exact gradient's
+    row 0 is NaN, plain_torch's is [nan, 0] (exp(inf - inf), exp(0 - inf) - 0). The explicit
+    backward's laws and the autograd laws accept it alike."""
+    plain = _target(target.device)
+    x = torch.tensor(POISONED, device=target.device)
+    dx = plain.call("cross_entropy_backward", x, torch.tensor([0, 0], device=target.device),
+                    torch.ones(2, device=target.device), reduction="none")
+    assert math.isnan(dx[0, 0]) and dx[0, 1] == 0.0, dx
+    assert _fails(name, _ce_case(op, POISONED, (0, 0)), plain) is None
+
+
+@pytest.mark.parametrize("rows", [POISONED, [[nan, 1.0], [0.0, 0.0]], [[-inf, -inf], [0.0, 0.0]]])
+def test_a_gradient_with_its_nan_scrubbed_still_fails(rows, target):
+    """The rule leaves the elements beside the poison free, not the poison: a backward that stores
+    NaN as 0 (mutants/ce_backward_nan_scrubbed) fails ce_matches_oracle on a row with +inf, with
+    NaN, and on an all -inf row (every element poisons it)."""
+    scrubbed = Target(ce_backward_nan_scrubbed)
+    scrubbed.device, scrubbed.record = target.device, False
+    e = _fails("ce_matches_oracle", _ce_case("cross_entropy_backward", rows, (0, 0)), scrubbed)
+    assert e is not None and "expected is NaN, actual is not" in str(e), e
