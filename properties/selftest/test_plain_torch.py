@@ -10,7 +10,8 @@ torch's conventions are not bugs.
   poison the row ([inf, 0] gives [nan, 0]): every law judges it by the same rule
   (truth.nan_rows_keep_their_nan), and a gradient with the NaN scrubbed away still fails.
 
-Each direct case runs in well under a second."""
+The direct cases run in well under a second each; the default laws then run on the module with a
+few examples each, the laws that once failed it among them."""
 from __future__ import annotations
 
 import math
@@ -20,7 +21,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from .. import tolerances as T
+from .. import strategies as S, tolerances as T
 from ..case import Case, CECase
 from ..failures import OutOfTolerance, PropertyFailure, WrongOutput
 from ..invariants import law
@@ -199,3 +200,37 @@ def test_a_gradient_with_its_nan_scrubbed_still_fails(rows, target):
     scrubbed.device, scrubbed.record = target.device, False
     e = _fails("ce_matches_oracle", _ce_case("cross_entropy_backward", rows, (0, 0)), scrubbed)
     assert e is not None and "expected is NaN, actual is not" in str(e), e
+
+
+# ----------------------------------------------------------------------------------------------
+# the default laws on plain_torch, a few examples each
+# ----------------------------------------------------------------------------------------------
+PAIRS = [("output_dtype_and_shape", "logsumexp"), ("matches_oracle", "logsumexp"), ("all_outputs_written", "logsumexp"),
+         ("permutation_equivariance", "logsumexp"), ("shift_invariance", "logsumexp"),
+         ("layout_invariance", "logsumexp"), ("dim_argument", "logsumexp"), ("row_independence", "logsumexp"),
+         ("autograd_composition", "logsumexp"), ("autograd_cotangent_layouts", "logsumexp"),
+         ("log_softmax_is_x_minus_logsumexp", "log_softmax"), ("matches_oracle", "log_softmax"),
+         ("matches_oracle", "softmax"), ("matches_oracle", "softmax_backward"),
+         ("matches_oracle", "log_softmax_backward"),
+         ("ce_matches_oracle", "cross_entropy"), ("ce_matches_oracle", "cross_entropy_backward"),
+         ("ce_loss_is_lse_minus_target_logit", "cross_entropy"), ("all_outputs_written", "cross_entropy_backward"),
+         ("autograd_composition", "cross_entropy"), ("autograd_cotangent_layouts", "cross_entropy")]
+EXAMPLES = 15  # per pair: the whole set runs in about ten seconds on two CPU cores
+
+
+@pytest.mark.parametrize("name,op", PAIRS, ids=[f"{n}-{o}" for n, o in PAIRS])
+def test_plain_torch_passes_the_default_laws(name, op, target):
+    """Each default law of PAIRS (those that once failed such a module among them: the output
+    dtype of logsumexp, the autograd laws on cross_entropy, the oracle laws) holds for plain_torch
+    on the cases the suite draws for it."""
+    inv = law(name)
+    assert inv.tier == "default" and op in inv.ops
+    plain = _target(target.device)
+
+    @settings(max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data):
+        inv.check(data.draw(S.cases(op, inv.families, inv.max_cols), label="case"), plain)
+
+    check()
