@@ -47,7 +47,7 @@ def _relative(path: str) -> str:
     return path if rel.startswith(os.pardir) else rel
 
 
-_BLOB = "You can reproduce this example by temporarily adding @reproduce_failure"
+_BLOB = "by temporarily adding @reproduce_failure"  # "this example" or, in newer releases, "this test case"
 
 
 def _notes(e: BaseException) -> list:
