@@ -188,6 +188,13 @@ def has_grad_truth(op) -> bool:
     return op.differentiable and op.grad_truth is not None
 
 
+def _differentiable_dtype(case, target):
+    """The autograd laws judge the dtypes in which the target's op is differentiable (its autograd
+    probe, Target.autograd_probe): a library that computes in float32 and refuses float64 is
+    judged in float32 and the 16-bit dtypes it takes."""
+    assume(case.dtype in target.autograd_dtypes(case.op))
+
+
 def _finite_softmax_rows(case, x):
     """The softmax family's autograd laws judge rows without NaN or +inf and with a finite value
     (its FP64 autograd references are not defined elsewhere; the other laws check those rows)."""
@@ -214,6 +221,7 @@ def autograd_composition(case, target):
     columns (the law is about autograd's bookkeeping, which row length does not change; the other
     laws check long rows). Tier default: two losses on one set of logits, and gradient
     accumulation, are everyday training."""
+    _differentiable_dtype(case, target)
     args = case.tensors(target.device)
     base = storage_bases(args[:1])[0]
     before = [base.clone()] + [a.clone() for a in args[1:]]
@@ -297,6 +305,7 @@ def autograd_cotangent_layouts(case, target):
     laws, as in autograd_composition; rows up to 128 columns. Tier default: a sum or mean of an
     output, a transpose before the loss and a sliced output are everyday training code, and
     torch's backward takes a cotangent in any layout."""
+    _differentiable_dtype(case, target)
     args = case.tensors(target.device)
     _finite_softmax_rows(case, args[0])
     probe = call_op(case, target, [args[0].detach(), *args[1:]])  # the output's shape, dtype and device

@@ -368,15 +368,17 @@ def vjp_matches_finite_differences(case, target):
                  f"VJP differs from central differences at columns {cols}")
 
 
-@invariant(one_differentiable_input, needs=("autograd",), families=("moderate", "grid", "one_hot"), max_cols=12)
+@invariant(one_differentiable_input, needs=("autograd", "float64"), families=("moderate", "grid", "one_hot"),
+           max_cols=12)
 def gradcheck_float64(case, target):
     """torch.autograd.gradcheck of the differentiable op in float64 (finite differences against
     the registered backward, torch's own tolerances atol=1e-5, rtol=1e-3), in its fast mode: a
     random projection u^T J v of the Jacobian, two forward calls and one backward per input rather
     than two forward calls per element and one backward per output element (autograd's gradient,
     entry by entry in every dtype, is autograd_composition's law against the FP64 VJP; a wrong
-    backward moves the projection almost surely). The reproducer runs the full check, which
-    prints the whole Jacobian."""
+    backward moves the projection almost surely). Runs where the target is differentiable in
+    float64 (a library that computes in float32 only is skipped, with its refusal as the reason).
+    The reproducer runs the full check, which prints the whole Jacobian."""
     assume(case.dtype == torch.float64)
     (x,) = case.tensors(target.device)
     assume(0 < x.numel() <= 64 and bool(torch.isfinite(x).all()))
