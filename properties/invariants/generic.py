@@ -184,6 +184,13 @@ def _seeded(case, salt: str, shape, dtype, device) -> torch.Tensor:
     return torch.randn(tuple(shape), generator=gen, dtype=torch.float64).to(dtype).to(device)
 
 
+def _seeded_code(case, salt: str, shape, dtype) -> str:
+    """The reproducer's expression for _seeded(case, salt, shape, dtype, device): the same values
+    (the seed written out), on the reproducer's device."""
+    return (f"torch.randn({tuple(shape)}, generator=torch.Generator().manual_seed({_seed(case, salt)}), "
+            f"dtype=torch.float64).to(torch.{str(dtype).replace('torch.', '')}).to(device)")
+
+
 def has_grad_truth(op) -> bool:
     return op.differentiable and op.grad_truth is not None
 
@@ -274,11 +281,7 @@ def _strided_cotangents(case, shape, dtype, device):
     """Cotangents of an output of this shape in the layouts autograd hands a backward, each with
     the reproducer's code for it: (what, g, code). Values seeded by the case, as _seeded's."""
     def seeded(salt, sh):
-        seed = _seed(case, salt)
-        t = _seeded(case, salt, sh, dtype, device)
-        code = (f"torch.randn({tuple(sh)}, generator=torch.Generator().manual_seed({seed}), "
-                f"dtype=torch.float64).to(torch.{str(dtype).replace('torch.', '')}).to(out.device)")
-        return t, code
+        return _seeded(case, salt, sh, dtype, device), _seeded_code(case, salt, sh, dtype)
     out = []
     if len(shape) >= 1 and math.prod(shape) > 1:
         c, code = seeded("g_one_value", ())
@@ -290,6 +293,30 @@ def _strided_cotangents(case, shape, dtype, device):
         t, code = seeded("g_transposed", tuple(shape[:-2]) + (shape[-1], shape[-2]))
         out.append(("transposed", t.transpose(-1, -2), f"{code}.transpose(-1, -2)"))
     return out
+
+
+def _assert_vjp(case, target, gx, x, rest, g, y, what: str, call: str):
+    """gx, the gradient autograd returned for x (as the law laid it out) and the cotangent g of the
+    output y, has x's shape and dtype and equals the FP64 VJP of g at x (the spec's grad_truth)
+    within its bound, on the elements the spec judges."""
+    a0 = case.tensor_names()[0]
+    if gx is None or tuple(gx.shape) != tuple(x.shape) or gx.dtype != x.dtype:
+        got = None if gx is None else (tuple(gx.shape), gx.dtype)
+        fail(case, target, f"{what} is {got}, expected shape {tuple(x.shape)} and {x.dtype}", call=call)
+    ref, tol, only = case.spec.grad_truth(case, [x, *rest], g, y.detach())
+    tol = torch.nan_to_num(tol, nan=math.inf)
+    bad = T.compare(gx, ref, tol, case.dtype)
+    if only is not None:
+        bad = bad & only
+    if bool(bad.any()):
+        i = worst(bad, (gx.double() - ref).abs() / tol.clamp_min(1e-300))
+        fail(case, target, f"{what} differs from its FP64 VJP: {int(bad.sum())} of {bad.numel()} elements out of "
+             "bounds", i, ref[i], gx[i], tol[i], call, out_name=f"{a0}.grad")
+
+
+def _differentiable_output(case, target, out):
+    if not (isinstance(out, torch.Tensor) and out.requires_grad):
+        fail(case, target, "the output does not require grad for an input that does")
 
 
 @invariant(has_grad_truth, needs=("autograd",), max_cols=128)
@@ -317,22 +344,94 @@ def autograd_cotangent_layouts(case, target):
         x = args[0].detach().requires_grad_(True)
         with torch.enable_grad():
             out = call_op(case, target, [x, *args[1:]])
-            if not (isinstance(out, torch.Tensor) and out.requires_grad):
-                fail(case, target, "the output does not require grad for an input that does")
+            _differentiable_output(case, target, out)
             (gx,) = torch.autograd.grad(out, x, g)
         call = (f"{a0} = {a0}.detach().requires_grad_()\n{case.call_code()}\ng = {g_code}  # {what}\n"
                 f"(gx,) = torch.autograd.grad(out, {a0}, g)\nout = gx  # vs the FP64 VJP of g")
         assert_bitwise(case, target, g, held, f"the cotangent ({what}) was modified by backward", call, out_name="g")
-        if gx is None or tuple(gx.shape) != tuple(x.shape) or gx.dtype != x.dtype:
-            got = None if gx is None else (tuple(gx.shape), gx.dtype)
-            fail(case, target, f"the gradient for a cotangent {what} is {got}, expected shape {tuple(x.shape)} and "
-                 f"{x.dtype}", call=call)
-        ref, tol, only = case.spec.grad_truth(case, [x, *args[1:]], g, out.detach())
-        tol = torch.nan_to_num(tol, nan=math.inf)
-        bad = T.compare(gx, ref, tol, case.dtype)
-        if only is not None:
-            bad = bad & only
-        if bool(bad.any()):
-            i = worst(bad, (gx.double() - ref).abs() / tol.clamp_min(1e-300))
-            fail(case, target, f"gradient for a cotangent {what} differs from its FP64 VJP: {int(bad.sum())} of "
-                 f"{bad.numel()} elements out of bounds", i, ref[i], gx[i], tol[i], call, out_name=f"{a0}.grad")
+        _assert_vjp(case, target, gx, x, args[1:], g, out, f"the gradient for a cotangent {what}", call)
+
+
+@invariant(has_grad_truth, needs=("autograd",), max_cols=128)
+def autograd_backward_twice(case, target):
+    """Backward can run twice. (1) On one graph: out = op(x), then torch.autograd.grad(out, x, g1,
+    retain_graph=True) and torch.autograd.grad(out, x, g2), cotangents seeded by the case (not 1):
+    each gradient equals the FP64 VJP of its cotangent (the spec's grad_truth) within its bound,
+    and the first gradient, as its caller holds it, is bitwise unchanged by the second backward.
+    (2) On two graphs whose backwards run in the other order than their forwards: ya = op(x),
+    yb = op(x') (x' is x with one element changed, to 1 or 2), the backward of yb, then that of
+    ya: each gradient equals the FP64 VJP at its own input. A backward that writes the gradient
+    into a buffer saved for backward (to save an allocation) gives a wrong second gradient and
+    changes the tensor the first call returned; a forward that keeps what it saves for backward
+    in a buffer of its own, reused by the next call, gives the first graph the second's saved
+    values. A backward may refuse to run again on its graph: an exception raised by a backward
+    called with retain_graph=True or by the second one (torch.compile's "This backward function
+    was compiled with non-empty donated buffers which requires create_graph=False and
+    retain_graph=False") passes that part of the law, since a clear refusal is not a wrong value;
+    the first gradient must still be unchanged. Rows with NaN or +inf of the softmax family are
+    left to the other laws, as in autograd_composition; rows up to 128 columns. Tier default:
+    loss.backward(retain_graph=True) then another backward (several losses on one forward, GAN
+    and meta-learning loops), and forwards whose backwards run in the other order (gradient
+    checkpointing, pipeline parallelism) are everyday training code, and torch's ops support
+    both."""
+    _differentiable_dtype(case, target)
+    args = case.tensors(target.device)
+    _finite_softmax_rows(case, args[0])
+    rest = args[1:]
+    a0 = case.tensor_names()[0]
+    one = case.call_code()
+
+    # (1) one graph, two backward calls; a backward that raises (refuses) ends this part
+    x = args[0].detach().requires_grad_(True)
+    with torch.enable_grad():
+        out = call_op(case, target, [x, *rest])
+        _differentiable_output(case, target, out)
+        g1, g2 = (_seeded(case, f"twice_g{k}", out.shape, out.dtype, out.device) for k in (1, 2))
+        grads = []
+        for g, retain in ((g1, True), (g2, False)):
+            try:
+                (gx,) = torch.autograd.grad(out, x, g, retain_graph=retain)
+            except Exception:  # noqa: BLE001 - a refusal to run backward (again) on this graph
+                break
+            grads.append((gx, gx.clone()))
+    second = f"(gx2,) = torch.autograd.grad(out, {a0}, g2)"
+    if len(grads) < 2:  # it refused: the reproducer prints the refusal and goes on
+        second = f"try:\n    {second}\nexcept Exception as e:  # a refusal\n    print(f'refused: {{e}}')"
+    head = "\n".join([f"{a0} = {a0}.detach().requires_grad_()", one,
+                      *(f"g{k} = {_seeded_code(case, f'twice_g{k}', out.shape, out.dtype)}" for k in (1, 2)),
+                      f"(gx1,) = torch.autograd.grad(out, {a0}, g1, retain_graph=True)", "first = gx1.clone()",
+                      second]) + "\n"
+    if grads:
+        gx1, first = grads[0]
+        assert_bitwise(case, target, gx1, first, "the first gradient, as its caller holds it, changed when backward ran "
+                       "again on its graph", head + "out = gx1  # vs first, bitwise", out_name=f"{a0}.grad")
+    for k, (g, (gx, _)) in enumerate(zip((g1, g2), grads), 1):
+        _assert_vjp(case, target, gx, x, rest, g, out, f"the gradient of backward {k} of 2 on one graph",
+                    head + f"out = gx{k}  # vs the FP64 VJP of g{k}")
+
+    # (2) two graphs, backwards in the other order than the forwards
+    other, new = _one_element_changed(args[0])
+    if other is None:  # an empty input: no element to change
+        return
+    xa, xb = args[0].detach().requires_grad_(True), other.requires_grad_(True)
+    _finite_softmax_rows(case, xb)
+    with torch.enable_grad():
+        ya = call_op(case, target, [xa, *rest])
+        yb = call_op(case, target, [xb, *rest])
+        _differentiable_output(case, target, ya)
+        _differentiable_output(case, target, yb)
+        ga = _seeded(case, "order_ga", ya.shape, ya.dtype, ya.device)
+        gb = _seeded(case, "order_gb", yb.shape, yb.dtype, yb.device)
+        (gxb,) = torch.autograd.grad(yb, xb, gb)
+        (gxa,) = torch.autograd.grad(ya, xa, ga)
+    call = (f"x0 = {a0}\n{a0} = xa = x0.detach().requires_grad_()\n{one.replace('out = ', 'ya = ', 1)}\n"
+            f"{a0} = xb = x0.detach().contiguous().clone()\nxb.view(-1)[0] = {new}  # one element changed\n"
+            f"xb.requires_grad_()\n{one.replace('out = ', 'yb = ', 1)}\n"
+            f"ga = {_seeded_code(case, 'order_ga', ya.shape, ya.dtype)}\n"
+            f"gb = {_seeded_code(case, 'order_gb', yb.shape, yb.dtype)}\n"
+            f"(gxb,) = torch.autograd.grad(yb, xb, gb)  # the second graph's backward first\n"
+            f"(gxa,) = torch.autograd.grad(ya, xa, ga)\n")
+    _assert_vjp(case, target, gxb, xb, rest, gb, yb, "the gradient of the second of two graphs, its backward run "
+                "first", call + "out = gxb  # vs the FP64 VJP of gb at xb")
+    _assert_vjp(case, target, gxa, xa, rest, ga, ya, "the gradient of the first of two graphs, its backward run "
+                "second", call + "out = gxa  # vs the FP64 VJP of ga at xa")

@@ -368,6 +368,31 @@ def vjp_matches_finite_differences(case, target):
                  f"VJP differs from central differences at columns {cols}")
 
 
+def one_graph_per_backward(fn):
+    """fn as a function whose every backward runs on a graph of its own: the returned function's
+    forward is fn's (without autograd), and each of its backward calls runs fn again on the saved
+    input and differentiates that fresh output once. torch.autograd.gradcheck differentiates the
+    output of one call several times (retain_graph=True), which a correct backward may refuse
+    (torch.compile's, with donated buffers: "This backward function was compiled with non-empty
+    donated buffers which requires create_graph=False and retain_graph=False"); whether a backward
+    survives a second call on its graph is autograd_backward_twice's law."""
+    class _OneGraphPerBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return fn(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            with torch.enable_grad():
+                fresh = x.detach().requires_grad_(True)
+                (gx,) = torch.autograd.grad(fn(fresh), fresh, g)
+            return gx
+
+    return _OneGraphPerBackward.apply
+
+
 @invariant(one_differentiable_input, needs=("autograd", "float64"), families=("moderate", "grid", "one_hot"),
            max_cols=12)
 def gradcheck_float64(case, target):
@@ -376,21 +401,32 @@ def gradcheck_float64(case, target):
     random projection u^T J v of the Jacobian, two forward calls and one backward per input rather
     than two forward calls per element and one backward per output element (autograd's gradient,
     entry by entry in every dtype, is autograd_composition's law against the FP64 VJP; a wrong
-    backward moves the projection almost surely). Runs where the target is differentiable in
-    float64 (a library that computes in float32 only is skipped, with its refusal as the reason).
-    The reproducer runs the full check, which prints the whole Jacobian."""
+    backward moves the projection almost surely). Each backward runs on a graph of its own
+    (one_graph_per_backward): gradcheck's reuse of one graph for several backward calls is not
+    the target's contract, and a backward that refuses it is correct. Runs where the target is
+    differentiable in float64 (a library that computes in float32 only is skipped, with its
+    refusal as the reason). The reproducer runs the full check, which prints the whole
+    Jacobian."""
     assume(case.dtype == torch.float64)
     (x,) = case.tensors(target.device)
     assume(0 < x.numel() <= 64 and bool(torch.isfinite(x).all()))
     x = x.detach().contiguous().requires_grad_(True)  # gradcheck perturbs in place: no stride-0 axes
     try:
-        ok = torch.autograd.gradcheck(lambda t: op_call(case, target, t), (x,), eps=1e-6, atol=1e-5, rtol=1e-3,
-                                      raise_exception=True, fast_mode=True)
+        ok = torch.autograd.gradcheck(one_graph_per_backward(lambda t: op_call(case, target, t)), (x,), eps=1e-6,
+                                      atol=1e-5, rtol=1e-3, raise_exception=True, fast_mode=True)
     except RuntimeError as e:  # torch's GradcheckError
         kw = "".join(f", {k}={v!r}" for k, v in case.kwargs().items())
         fn = f"lambda t: target.{case.op}(t{kw})" if kw else f"target.{case.op}"
+        name = case.tensor_names()[0]
         fail(case, target, f"gradcheck failed: {str(e).splitlines()[0]}",
-             call=f"torch.autograd.gradcheck({fn}, (x.double().requires_grad_(),))")
+             call="\n".join([
+                 "from torch.autograd.gradcheck import GradcheckError",
+                 "from softmax_properties.properties.invariants.softmax import one_graph_per_backward",
+                 "try:  # the full check: every Jacobian entry, each backward on a graph of its own",
+                 f"    out = torch.autograd.gradcheck(one_graph_per_backward({fn}), "
+                 f"({name}.detach().contiguous().requires_grad_(),), eps=1e-6, atol=1e-5, rtol=1e-3)",
+                 "except GradcheckError as e:",
+                 "    out = f'gradcheck failed: {e}'"]))
     assert ok
 
 

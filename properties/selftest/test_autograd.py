@@ -1,4 +1,5 @@
-"""The autograd laws judge a target in the dtypes it is differentiable in.
+"""The autograd laws judge a target in the dtypes it is differentiable in, and accept a backward
+that refuses to run again on its graph.
 
 Most kernel libraries compute in float32 and refuse float64. The autograd probe
 (Target.autograd_probe) tries float64, float32, bfloat16 and float16, and the laws that need
@@ -6,7 +7,11 @@ autograd draw their examples in the dtypes where it found a differentiable outpu
 library's backward is judged; gradcheck_float64, which runs in float64 alone, is skipped with its
 refusal as the reason. Here a float32-only target (refusing every other dtype with
 NotImplementedError, a declared refusal) passes each autograd law on examples the law judged,
-and a float32-only target whose backward reads its cotangent as if it were contiguous is caught."""
+and a float32-only target whose backward reads its cotangent as if it were contiguous is caught.
+
+A backward may raise rather than run twice on one graph (torch.compile's, with donated buffers):
+a clear refusal, which autograd_backward_twice passes and which gradcheck_float64 never asks for
+(each of its backward calls gets a graph of its own)."""
 from __future__ import annotations
 
 import math
@@ -191,3 +196,46 @@ def test_a_float32_only_backward_that_ignores_strides_is_caught(target):
                        r"cotangent .* differs from its FP64 VJP"):
         inv.check(case, t)
 
+
+class _OnceOnly(torch.autograd.Function):
+    """softmax whose backward runs once per graph and raises on a second call, as a compiled
+    backward with donated buffers does."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = torch.softmax(x, -1)
+        ctx.save_for_backward(y)
+        ctx.ran = False
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.ran:
+            raise RuntimeError("This backward function was compiled with non-empty donated buffers which requires "
+                               "create_graph=False and retain_graph=False")
+        ctx.ran = True
+        (y,) = ctx.saved_tensors
+        return _softmax_vjp(y, g)
+
+
+ONCE_ONLY = _module("backward_once_per_graph", softmax=_OnceOnly.apply)
+
+
+@pytest.mark.parametrize("law_name", ["gradcheck_float64", "autograd_backward_twice"])
+def test_a_backward_that_refuses_a_second_call_passes(law_name, target):
+    """gradcheck_float64 (one graph per backward) and autograd_backward_twice (a refusal is not a
+    wrong value) pass the softmax whose backward raises when called again on its graph, on
+    examples they judged."""
+    inv, t = law(law_name), _target(ONCE_ONLY, target.device)
+    assert skip_reason(inv, "softmax", t) is None
+    judged = []
+
+    @settings(max_examples=40, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data):
+        case = data.draw(S.cases("softmax", inv.families, inv.max_cols), label="case")
+        inv.check(case, t)
+        judged.append(case.dtype)
+
+    check()
+    assert judged, f"{law_name} judged none of its cases"
