@@ -44,7 +44,8 @@ def all_outputs_written(case, target):
     with poisoned_allocations():
         out = call_op(case, target, args)
     truth = case.spec.truth(case, args)
-    expect_outputs(case, target, out, truth)
+    call = case.poisoned_call_code()
+    expect_outputs(case, target, out, truth, call=call)
     for got, e in zip(outputs(out), truth.outputs):
         bad = torch.isnan(got.double()) != torch.isnan(e.ref)
         if e.only is not None:
@@ -52,7 +53,7 @@ def all_outputs_written(case, target):
         if bool(bad.any()):
             i = worst(bad, torch.ones_like(e.ref))
             fail(case, target, "NaN pattern differs from the oracle under poisoned allocations", i, e.ref[i], got[i],
-                 out_name=e.name)
+                 call=call, out_name=e.name)
 
 
 @invariant(every_op)
@@ -61,8 +62,9 @@ def deterministic(case, target):
     args = case.tensors(target.device)
     a = call_op(case, target, args)
     b = call_op(case, target, args)
+    call = f"{case.call_code()}\nfirst = out\n{case.call_code()}\nout = first, out  # the same call twice: bitwise equal"
     for x, y in zip(outputs(b), outputs(a)):
-        assert_bitwise(case, target, x, y, "repeat call differs")
+        assert_bitwise(case, target, x, y, "repeat call differs", call)
 
 
 def _one_element_changed(t):
@@ -247,13 +249,19 @@ def autograd_composition(case, target):
             torch.autograd.backward(outs, gs)
     a0 = case.tensor_names()[0]
     one = case.call_code()
-    call = (f"{a0} = {a0}.detach().requires_grad_()\n{a0}.grad = G0.clone()  # an existing gradient\n"
-            f"{one.replace('out = ', 'y1 = ', 1)}\n{one.replace('out = ', 'y2 = ', 1)}\n"
-            f"torch.autograd.backward([y1, y2], [g1, g2])\nout = {a0}.grad  # vs G0 + VJP(g1) + VJP(g2) in FP64")
-    for nm, b0, b1 in zip(case.tensor_names(), before, [base] + list(args[1:])):
-        assert_bitwise(case, target, b1, b0, f"{nm} (or its storage) was modified by backward", call)
+    steps = (f"storage = {a0}._base if {a0}._base is not None else {a0}  # the storage {a0} views\n"
+             f"{a0} = {a0}.detach().requires_grad_()\n"
+             f"G0 = {_seeded_code(case, 'grad', x.shape, x.dtype)}\n{a0}.grad = G0.clone()  # an existing gradient\n"
+             f"{one.replace('out = ', 'y1 = ', 1)}\n{one.replace('out = ', 'y2 = ', 1)}\n"
+             + "".join(f"g{i + 1} = {_seeded_code(case, f'g{i}', o.shape, o.dtype)}\n" for i, o in enumerate(outs))
+             + "torch.autograd.backward([y1, y2], [g1, g2])\n")
+    call = steps + f"out = {a0}.grad  # vs G0 + VJP(g1) + VJP(g2) in FP64"
+    for k, (nm, b0, b1) in enumerate(zip(case.tensor_names(), before, [base] + list(args[1:]))):
+        assert_bitwise(case, target, b1, b0, f"{nm} (or its storage) was modified by backward",
+                       steps + f"out = {'storage' if k == 0 else nm}  # vs its values before the backward, bitwise")
     for k, (o, h) in enumerate(zip(outs, held)):
-        assert_bitwise(case, target, o.detach(), h, f"output {k + 1}, held by the caller, was modified by backward", call)
+        assert_bitwise(case, target, o.detach(), h, f"output {k + 1}, held by the caller, was modified by backward",
+                       steps + f"out = y{k + 1}  # vs its values before the backward, bitwise")
     if x.grad is None or tuple(x.grad.shape) != tuple(x.shape) or x.grad.dtype != x.dtype:
         got = None if x.grad is None else (tuple(x.grad.shape), x.grad.dtype)
         fail(case, target, f"{a0}.grad is {got}, expected shape {tuple(x.shape)} and {x.dtype}", call=call)

@@ -163,8 +163,10 @@ def permutation_equivariance(case, target):
     if not case.spec.reduces:
         b, ref, tol = b[..., p], ref[..., p], tol[..., p]
     assert_close(case, target, a.double(), b.double(), 2 * tol,
-                 "permuting the columns changed the result", "p = ...  # reversed then rolled by D // 3\n"
-                 f"out = target.{case.op}(x[..., p])")
+                 "permuting the columns changed the result",
+                 f"p = torch.roll(torch.arange({D - 1}, -1, -1, device=x.device), {D // 3})  # reversed, then rolled\n"
+                 f"out = target.{case.op}(x[..., p])  # vs target.{case.op}(x)"
+                 + ("" if case.spec.reduces else "[..., p]"))
 
 
 @invariant(elementwise)
@@ -231,7 +233,7 @@ def exp_log_softmax_is_softmax(case, target):
     tol = ty + ez * torch.expm1(tz.clamp_max(700))
     tol = torch.nan_to_num(tol, nan=math.inf)
     assert_close(case, target, ez, y, tol, "exp(log_softmax(x)) != softmax(x)",
-                 "out = target.log_softmax(x).exp() - target.softmax(x)")
+                 "out = target.log_softmax(x).double().exp()  # vs target.softmax(x)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -462,7 +464,7 @@ def layout_invariance(case, target, strict=False):
            call=f"{case.call_code()}  # vs the same on .contiguous() copies")
 
 
-def _poison_other_rows(t: torch.Tensor, dtype, junk: tuple) -> torch.Tensor:
+def other_rows_replaced(t: torch.Tensor, dtype, junk: tuple) -> torch.Tensor:
     """A copy of t in t's own layout (strides, storage offset, the gaps of its storage) whose rows
     1.. hold the junk values in turn ("max": finfo.max, "-max" its negative), row 0 t's own values.
     A tensor with a stride-0 (expanded) batch axis cannot hold other rows' values apart from row
@@ -503,11 +505,16 @@ def row_independence(case, target, strict=False):
     a = op_call(case, target, *args)
     a0 = a.reshape(-1, *a.shape[len(lead):])[:1]
     row0 = [t.reshape(-1, t.shape[-1])[:1] if t.shape[:-1] == lead else t for t in args]
+    names = ", ".join(case.tensor_names())
     for name, junk in _JUNK.items():
-        b = op_call(case, target, *[_poison_other_rows(t, case.dtype, junk) for t in args])
+        b = op_call(case, target, *[other_rows_replaced(t, case.dtype, junk) for t in args])
         b0 = b.reshape(-1, *b.shape[len(lead):])[:1]
-        _agree(case, target, b0, a0, row0, strict, "row 0 changed when other rows changed",
-               call=f"out = target.{case.op}(...)  # rows 1.. replaced by {name}")
+        dt = f"torch.{str(case.dtype).replace('torch.', '')}"
+        call = ("from softmax_properties.properties.invariants.softmax import other_rows_replaced\n"
+                f"# rows 1.. replaced by {name}\n"
+                f"{names}, = (other_rows_replaced(t, {dt}, {junk!r}) for t in ({names},))\n"
+                f"{case.call_code()}  # row 0 vs row 0 of the same call on the unchanged inputs")
+        _agree(case, target, b0, a0, row0, strict, "row 0 changed when other rows changed", call=call)
 
 
 @invariant(takes_dim, needs=("dim",), strict="dim_argument_bitwise")
