@@ -2,6 +2,8 @@
 search skip a (law, op) pair the target cannot be asked about, with the reason."""
 from __future__ import annotations
 
+import torch
+
 
 def device_reason(inv, target):
     """Why inv cannot run where target runs (a law about CUDA semantics, on the CPU), or None."""
@@ -11,8 +13,9 @@ def device_reason(inv, target):
 
 
 def skip_reason(inv, op, target):
-    """Why inv cannot run on target's op (it lacks the op, a dim argument, autograd, or another op
-    the law needs, or runs where the law cannot: device_reason), or None when it can."""
+    """Why inv cannot run on target's op (it lacks the op, a dim argument, autograd (in any dtype;
+    in float64 for a law that needs float64), or another op the law needs, or runs where the law
+    cannot: device_reason), or None when it can."""
     if not target.has(op):
         return f"target {target.name} has no {op}"
     where = device_reason(inv, target)
@@ -22,8 +25,11 @@ def skip_reason(inv, op, target):
         if need == "dim" and not target.accepts_dim(op):
             return f"{target.name}.{op} takes no dim argument"
         if need == "autograd" and not target.supports_autograd(op):
-            raised = target.autograd_errors.get(op)
-            return f"{target.name}.{op} is not differentiable" + (f" (its autograd probe raised {raised})" if raised else "")
+            return (f"{target.name}.{op} is not differentiable in any dtype (its autograd probe: "
+                    f"{target.autograd_refused(op)})")
+        if need == "float64" and not target.supports_autograd(op, torch.float64):
+            return (f"{target.name}.{op} is not differentiable in float64, and the law runs in float64 only (its "
+                    f"autograd probe: {target.autograd_refused(op, (torch.float64,))})")
         if need.startswith("op:") and not target.has(need[3:]):
             return f"the law needs {need[3:]}, which target {target.name} does not offer"
     return None

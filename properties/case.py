@@ -25,8 +25,15 @@ def _fmt(v: float) -> str:
 
 def preamble(target_name: str) -> list:
     """The first lines of every reproducer: its tensors live where the suite ran the target (CUDA
-    when present and the interpreter is off, else the CPU), so it can be pasted and run on either."""
-    return ["import os", "import torch", f"import {target_name} as target", 'inf, nan = float("inf"), float("nan")',
+    when present and the interpreter is off, else the CPU), so it can be pasted and run on either.
+    Without CUDA, Triton's interpreter runs the kernels as in the suite's CPU runs: chosen before
+    the target imports triton (importing the suite's package does that), and patched to round as
+    compiled Triton does (properties/interpreter.py; the unpatched interpreter truncates to
+    bfloat16, and a failure found with the patches would not show)."""
+    return ["import os", "import torch",
+            "from softmax_properties.properties import interpreter  # no CUDA: Triton's interpreter, as in the suite",
+            "if interpreter.interpreting():", "    interpreter.install()",
+            f"import {target_name} as target", 'inf, nan = float("inf"), float("nan")',
             'device = "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0") else "cpu"']
 
 
@@ -75,6 +82,14 @@ class OpCase:
         """The reproducer's line that calls the op on the case's tensors."""
         kw = "".join(f", {k}={v!r}" for k, v in self.kwargs().items())
         return f"out = target.{self.op}({', '.join(self.tensor_names())}{kw})"
+
+    def poisoned_call_code(self) -> str:
+        """call_code() under NaN-poisoned allocations, as the laws that look for unwritten outputs
+        call the op (invariants._checks.poisoned_allocations)."""
+        body = "\n".join("    " + line for line in self.call_code().splitlines())
+        return ("from softmax_properties.properties.invariants._checks import poisoned_allocations\n"
+                "with poisoned_allocations():  # torch.empty returns NaN: an output element never written reads NaN\n"
+                + body)
 
 
 @dataclass(frozen=True)

@@ -336,22 +336,20 @@ def check(inv, case, target, timeout: float = DEFAULT_TIMEOUT):
 
 
 def supports_autograd(target, op: str) -> bool:
-    """Target.supports_autograd, probed in the worker (the probe calls the target), cached on target
-    with what the probe raised, if anything (target.autograd_errors)."""
+    """Target.supports_autograd, probed in the worker (the probe calls the target): the probe's
+    answer for every dtype (Target.autograd_probe) is cached on target, so the laws and skip
+    reasons read it without calling the target in this process."""
     if op not in target._autograd:
         w = worker()
         got = w.request(("autograd", _spec(target), op), DEFAULT_TIMEOUT, _preload(target))
         if isinstance(got, Crash):
-            target._autograd[op] = False
-            target.autograd_errors[op] = f"target crashed: {got.reason}"
+            target._autograd[op] = {dtype: f"target crashed: {got.reason}" for dtype in target.PROBE_DTYPES}
             return False
-        ok, broken, error = got
+        probe, broken = got
         if broken:  # the worker lost its CUDA context and has exited
             w.retire()
-        target._autograd[op] = bool(ok)
-        if error:
-            target.autograd_errors[op] = error
-    return target._autograd[op]
+        target._autograd[op] = probe
+    return target.supports_autograd(op)
 
 
 def _failure(inv, case, target, what, kind, detail=""):
@@ -441,9 +439,9 @@ def _serve(conn, fault_path, threads, gpu, filters):
         if msg[0] == "autograd":
             _, spec, op = msg
             target = _target(targets, spec, gpu)
-            ok = target.supports_autograd(op)
+            probe = target.autograd_probe(op)
             broken = target.device == "cuda" and bool(_cuda_broken())  # the probe's launch broke the context
-            conn.send((ok, broken, target.autograd_errors.get(op)))
+            conn.send((probe, broken))
             if broken:
                 os._exit(0)
             continue

@@ -160,6 +160,10 @@ class Target:
     """The module under test (its import name, or the module itself). Functions reduce over the
     last axis; missing ones are skipped."""
 
+    # the dtypes the autograd probe tries, float64 first (gradcheck_float64's, and the one most
+    # kernel libraries refuse: they compute in float32)
+    PROBE_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+
     def __init__(self, module):
         if isinstance(module, types.ModuleType):
             self.name, self.module = module.__name__, module
@@ -173,7 +177,6 @@ class Target:
         self.refusals = tuple(getattr(self.module, "SUITE_REFUSALS", DEFAULT_REFUSALS))
         self.device = "cpu"
         self._autograd = {}
-        self.autograd_errors = {}  # op -> what its autograd probe raised (where it did)
 
     def contract_errors(self) -> list:
         """One line per offered function whose signature cannot take the call every law makes
@@ -211,18 +214,46 @@ class Target:
     def call(self, op_name: str, *tensors, **kw):
         return self.fn(op_name)(*tensors, **kw)
 
-    def supports_autograd(self, op_name: str) -> bool:
-        """True when the op returns a differentiable output for a float64 input (its spec's sample
-        call around a (2, 3) float64 tensor that requires grad)."""
+    def autograd_probe(self, op_name: str) -> dict:
+        """{dtype: None where the op returns an output that requires grad for an input that does,
+        else what the call raised or returned}, for each of PROBE_DTYPES: its spec's sample call
+        around a (2, 3) tensor of that dtype. Probed once per op (the laws that need autograd
+        judge the dtypes where it is None)."""
         if op_name not in self._autograd:
-            try:
-                x = torch.zeros(2, 3, dtype=torch.float64, device=self.device, requires_grad=True)
-                args, kwargs = lookup(op_name).sample(x)
-                self._autograd[op_name] = bool(self.call(op_name, *args, **kwargs).requires_grad)
-            except Exception as e:  # an op that cannot take a float64 input that requires grad
-                self._autograd[op_name] = False
-                self.autograd_errors[op_name] = f"{type(e).__name__}: {str(e)[:200]}"
+            self._autograd[op_name] = {dtype: self._probe(op_name, dtype) for dtype in self.PROBE_DTYPES}
         return self._autograd[op_name]
+
+    def _probe(self, op_name: str, dtype: torch.dtype):
+        try:
+            x = torch.zeros(2, 3, dtype=dtype, device=self.device, requires_grad=True)
+            args, kwargs = lookup(op_name).sample(x)
+            out = self.call(op_name, *args, **kwargs)
+        except Exception as e:  # an op that cannot take such an input (a refusal of the dtype included)
+            return f"{type(e).__name__}: {str(e)[:200]}"
+        if not isinstance(out, torch.Tensor):
+            return f"it returned {type(out).__name__}, not a tensor"
+        return None if out.requires_grad else "its output does not require grad"
+
+    def autograd_dtypes(self, op_name: str) -> tuple:
+        """The dtypes in which the op is differentiable (autograd_probe), float64 first."""
+        return tuple(dtype for dtype, why in self.autograd_probe(op_name).items() if why is None)
+
+    def supports_autograd(self, op_name: str, dtype: torch.dtype = None) -> bool:
+        """True when the op is differentiable in some dtype of PROBE_DTYPES (in dtype, if given):
+        most kernel libraries compute in float32 and refuse float64, and their autograd is
+        judged in the dtypes they take."""
+        dtypes = self.autograd_dtypes(op_name)
+        return bool(dtypes) if dtype is None else dtype in dtypes
+
+    def autograd_refused(self, op_name: str, dtypes=None) -> str:
+        """What the autograd probe met in the given dtypes where the op is not differentiable,
+        one clause per distinct message ('float64: NotImplementedError: ...'), or ''."""
+        probe = self.autograd_probe(op_name)
+        by_message = {}
+        for dtype in self.PROBE_DTYPES if dtypes is None else dtypes:
+            if probe.get(dtype) is not None:
+                by_message.setdefault(probe[dtype], []).append(str(dtype).replace("torch.", ""))
+        return "; ".join(f"{', '.join(names)}: {why}" for why, names in by_message.items())
 
 
 __all__ = ["OPS", "DEFAULT_REFUSALS", "Target", "TargetError"]

@@ -114,7 +114,8 @@ class OpSpec:
       its arguments args (x = args[0]) for the cotangent g (y: the output the target returned),
       its bound (never NaN: 0 where ref is NaN), and the elements judged (None: all)
       (autograd_composition).
-      sample(x) -> (args, kwargs): a small valid call around the float64 tensor x (the autograd probe).
+      sample(x) -> (args, kwargs): a small valid call around the tensor x, of any float dtype (the
+      autograd probe, Target.autograd_probe, tries float64, float32, bfloat16 and float16).
     Calibration
       torch_ref: the calibration target's function (properties/targets/torch.py), whose error on
       the same inputs the run's summary prints beside the target's (None: no figure)."""

@@ -234,7 +234,8 @@ def check_oracle(case, target, poisoned=False, strict=False):
     args = case.tensors(target.device)
     with poisoned_allocations() if poisoned else contextlib.nullcontext():
         out = call_op(case, target, args)
-    check_outputs(case, target, out, case.spec.truth(case, args, strict=strict), args=args, record=not strict)
+    check_outputs(case, target, out, case.spec.truth(case, args, strict=strict), args=args, record=not strict,
+                  call=case.poisoned_call_code() if poisoned else None)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ TIERS = ("default", "strict")
 class Invariant:
     """A registered law. applies(spec) -> bool: the ops it checks (by their specs' attributes);
     needs: target capabilities ("dim": the function takes ``dim=``, "autograd": its output is
-    differentiable, "op:NAME": a partner op the law calls, "cuda": the target runs on a CUDA
+    differentiable in some dtype (Target.autograd_probe), "float64": with "autograd", differentiable
+    in float64, "op:NAME": a partner op the law calls, "cuda": the target runs on a CUDA
     device); families: restrict the first input's
     logit family (or name a marker family of strategies: MANY_ROWS, MASKED_CHUNKS), None for all;
     max_cols: a cap on row length (for checks that cost O(D) evaluations per column);
@@ -72,7 +73,8 @@ def _named(name: str, tier: str, check: Callable, like: Callable) -> Callable:
 def invariant(applies: Callable, *, needs=(), families=None, max_cols=None, tier="default", strict=None,
               max_examples=None):
     """Register fn as a law of the given tier for every op whose spec `applies` accepts. ``needs``:
-    target capabilities ("dim", "autograd", or "op:NAME", a partner op the law calls) or "cuda"
+    target capabilities ("dim", "autograd" (differentiable in some dtype), "float64" (with "autograd":
+    differentiable in float64), or "op:NAME", a partner op the law calls) or "cuda"
     (the law is about CUDA semantics, such as streams: skipped where the target runs on the CPU,
     the interpreter's runs included). ``strict``:
     the name of fn's strict-tier twin, registered too: the same law called with ``strict=True``
@@ -83,8 +85,11 @@ def invariant(applies: Callable, *, needs=(), families=None, max_cols=None, tier
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
     for need in needs:
-        if need not in ("dim", "autograd", "cuda") and not need.startswith("op:"):
-            raise ValueError(f"needs: each entry must be 'dim', 'autograd', 'cuda' or 'op:NAME', got {need!r}")
+        if need not in ("dim", "autograd", "float64", "cuda") and not need.startswith("op:"):
+            raise ValueError(f"needs: each entry must be 'dim', 'autograd', 'float64', 'cuda' or 'op:NAME', "
+                             f"got {need!r}")
+    if "float64" in needs and "autograd" not in needs:
+        raise ValueError("needs: 'float64' (differentiable in float64) comes with 'autograd'")
 
     def deco(fn):
         def add(name, check, t):

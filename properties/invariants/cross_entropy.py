@@ -172,8 +172,12 @@ def ce_ignored_rows_do_not_count(case, target, strict=False):
     for k, r in enumerate(fi.nonzero()[:, 0].tolist()):
         flat[r] = junk[k % len(junk)]
     b = op_call(case, target, p, *args[1:])
-    assert_bitwise(case, target, b, a, "ignored rows' logits changed the output",
-                   call=f"out = target.{case.op}(...)  # logits of ignored rows replaced by {'/'.join(map(str, junk))}")
+    rows = f"(labels == {case.ignore_index}).reshape(-1).nonzero()[:, 0].tolist()"
+    call = (f"logits = logits.clone(memory_format=torch.contiguous_format)\n{case.call_code()}\nfirst = out\n"
+            f"logits = logits.clone()\nfor k, r in enumerate({rows}):  # the ignored rows' logits replaced\n"
+            f"    logits.view(-1, logits.shape[-1])[r] = {junk!r}[k % {len(junk)}]\n"
+            f"{case.call_code()}\nout = out, first  # bitwise equal")
+    assert_bitwise(case, target, b, a, "ignored rows' logits changed the output", call=call)
     if case.spec.is_vjp:
         bad = ign[..., None].expand(a.shape) & (a != 0)
         if bool(bad.any()):
@@ -199,7 +203,7 @@ def ce_gradient_linear_in_dloss(case, target, strict=False):
     zero, or whose scaled value overflows, are excluded."""
     x, t, dl = case.tensors(target.device)
     a = op_call(case, target, x, t, dl)
-    call = "out = target.{op}(logits, labels, {arg}, ...)  # vs {vs}"
+    call = "out = target.{op}(logits, labels, {arg}, " + case.kwargs_code() + ")  # vs {vs}"
     c = op_call(case, target, x, t, dl.contiguous())
     _, tol = ce_truth(case, [x, t, dl])
     layout_call = call.format(op=case.op, arg="dloss.contiguous()", vs="dloss as laid out")
@@ -212,7 +216,9 @@ def ce_gradient_linear_in_dloss(case, target, strict=False):
         dlf = _same_layout(dl, f)
         b = op_call(case, target, x, t, dlf).double()
         want = a.double() * f
-        fcall = call.format(op=case.op, arg=f"{f} * dloss", vs=f"{f} * target.{case.op}(logits, labels, dloss)")
+        scaled = (f"(dloss._base if dloss._base is not None else dloss).mul({f}).as_strided(dloss.shape, dloss.stride(), "
+                  "dloss.storage_offset())")  # _same_layout's
+        fcall = call.format(op=case.op, arg=scaled, vs=f"{f} * target.{case.op}(logits, labels, dloss)")
         if not strict:
             _, tol_f = ce_truth(case, [x, t, dlf])
             assert_close(case, target, b, want, tol_f + abs(f) * tol, f"dx({f} * dloss) != {f} * dx(dloss)", fcall)
@@ -242,7 +248,8 @@ def ce_shift_invariance(case, target):
     _, ta = ce_truth(case, args)
     _, tb = ce_truth(case, [xs] + list(args[1:]))
     assert_close(case, target, b, a.double(), ta + tb, f"shifting the logits by {c} changed the result",
-                 f"out = target.{case.op}(logits + {c}, ...)  # vs target.{case.op}(logits, ...)")
+                 f"logits = (logits.double() + {c}).to(logits.dtype)  # exact: grid values\n"
+                 f"{case.call_code()}  # vs the same on the unshifted logits")
 
 
 @invariant(gradient, families=("confident",))
@@ -295,7 +302,10 @@ def ce_out_of_range_target_raises(case, target, strict=False):
         if isinstance(e, target.refusals) and "target" not in str(e).lower():
             reject()  # a declared refusal of something else (e.g. a dtype the target does not offer)
         if strict and "target" not in str(e).lower():
-            fail(case, target, f"raised {type(e).__name__} without naming the target: {e}")
+            body = "\n".join("    " + line for line in case.call_code().splitlines())
+            fail(case, target, f"raised {type(e).__name__} without naming the target: {e}",
+                 call=f"try:\n{body}\nexcept Exception as e:  # the law: a Python exception naming the target\n"
+                      "    out = f'raised {type(e).__name__}: {e}'")
         if device_assert(e):
             accept_context_loss()  # isolated, the worker restarts; in-process the context is lost
         return

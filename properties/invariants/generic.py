@@ -44,7 +44,8 @@ def all_outputs_written(case, target):
     with poisoned_allocations():
         out = call_op(case, target, args)
     truth = case.spec.truth(case, args)
-    expect_outputs(case, target, out, truth)
+    call = case.poisoned_call_code()
+    expect_outputs(case, target, out, truth, call=call)
     for got, e in zip(outputs(out), truth.outputs):
         bad = torch.isnan(got.double()) != torch.isnan(e.ref)
         if e.only is not None:
@@ -52,7 +53,7 @@ def all_outputs_written(case, target):
         if bool(bad.any()):
             i = worst(bad, torch.ones_like(e.ref))
             fail(case, target, "NaN pattern differs from the oracle under poisoned allocations", i, e.ref[i], got[i],
-                 out_name=e.name)
+                 call=call, out_name=e.name)
 
 
 @invariant(every_op)
@@ -61,8 +62,9 @@ def deterministic(case, target):
     args = case.tensors(target.device)
     a = call_op(case, target, args)
     b = call_op(case, target, args)
+    call = f"{case.call_code()}\nfirst = out\n{case.call_code()}\nout = first, out  # the same call twice: bitwise equal"
     for x, y in zip(outputs(b), outputs(a)):
-        assert_bitwise(case, target, x, y, "repeat call differs")
+        assert_bitwise(case, target, x, y, "repeat call differs", call)
 
 
 def _one_element_changed(t):
@@ -184,8 +186,22 @@ def _seeded(case, salt: str, shape, dtype, device) -> torch.Tensor:
     return torch.randn(tuple(shape), generator=gen, dtype=torch.float64).to(dtype).to(device)
 
 
+def _seeded_code(case, salt: str, shape, dtype) -> str:
+    """The reproducer's expression for _seeded(case, salt, shape, dtype, device): the same values
+    (the seed written out), on the reproducer's device."""
+    return (f"torch.randn({tuple(shape)}, generator=torch.Generator().manual_seed({_seed(case, salt)}), "
+            f"dtype=torch.float64).to(torch.{str(dtype).replace('torch.', '')}).to(device)")
+
+
 def has_grad_truth(op) -> bool:
     return op.differentiable and op.grad_truth is not None
+
+
+def _differentiable_dtype(case, target):
+    """The autograd laws judge the dtypes in which the target's op is differentiable (its autograd
+    probe, Target.autograd_probe): a library that computes in float32 and refuses float64 is
+    judged in float32 and the 16-bit dtypes it takes."""
+    assume(case.dtype in target.autograd_dtypes(case.op))
 
 
 def _finite_softmax_rows(case, x):
@@ -214,6 +230,7 @@ def autograd_composition(case, target):
     columns (the law is about autograd's bookkeeping, which row length does not change; the other
     laws check long rows). Tier default: two losses on one set of logits, and gradient
     accumulation, are everyday training."""
+    _differentiable_dtype(case, target)
     args = case.tensors(target.device)
     base = storage_bases(args[:1])[0]
     before = [base.clone()] + [a.clone() for a in args[1:]]
@@ -232,13 +249,19 @@ def autograd_composition(case, target):
             torch.autograd.backward(outs, gs)
     a0 = case.tensor_names()[0]
     one = case.call_code()
-    call = (f"{a0} = {a0}.detach().requires_grad_()\n{a0}.grad = G0.clone()  # an existing gradient\n"
-            f"{one.replace('out = ', 'y1 = ', 1)}\n{one.replace('out = ', 'y2 = ', 1)}\n"
-            f"torch.autograd.backward([y1, y2], [g1, g2])\nout = {a0}.grad  # vs G0 + VJP(g1) + VJP(g2) in FP64")
-    for nm, b0, b1 in zip(case.tensor_names(), before, [base] + list(args[1:])):
-        assert_bitwise(case, target, b1, b0, f"{nm} (or its storage) was modified by backward", call)
+    steps = (f"storage = {a0}._base if {a0}._base is not None else {a0}  # the storage {a0} views\n"
+             f"{a0} = {a0}.detach().requires_grad_()\n"
+             f"G0 = {_seeded_code(case, 'grad', x.shape, x.dtype)}\n{a0}.grad = G0.clone()  # an existing gradient\n"
+             f"{one.replace('out = ', 'y1 = ', 1)}\n{one.replace('out = ', 'y2 = ', 1)}\n"
+             + "".join(f"g{i + 1} = {_seeded_code(case, f'g{i}', o.shape, o.dtype)}\n" for i, o in enumerate(outs))
+             + "torch.autograd.backward([y1, y2], [g1, g2])\n")
+    call = steps + f"out = {a0}.grad  # vs G0 + VJP(g1) + VJP(g2) in FP64"
+    for k, (nm, b0, b1) in enumerate(zip(case.tensor_names(), before, [base] + list(args[1:]))):
+        assert_bitwise(case, target, b1, b0, f"{nm} (or its storage) was modified by backward",
+                       steps + f"out = {'storage' if k == 0 else nm}  # vs its values before the backward, bitwise")
     for k, (o, h) in enumerate(zip(outs, held)):
-        assert_bitwise(case, target, o.detach(), h, f"output {k + 1}, held by the caller, was modified by backward", call)
+        assert_bitwise(case, target, o.detach(), h, f"output {k + 1}, held by the caller, was modified by backward",
+                       steps + f"out = y{k + 1}  # vs its values before the backward, bitwise")
     if x.grad is None or tuple(x.grad.shape) != tuple(x.shape) or x.grad.dtype != x.dtype:
         got = None if x.grad is None else (tuple(x.grad.shape), x.grad.dtype)
         fail(case, target, f"{a0}.grad is {got}, expected shape {tuple(x.shape)} and {x.dtype}", call=call)
@@ -265,11 +288,7 @@ def _strided_cotangents(case, shape, dtype, device):
     """Cotangents of an output of this shape in the layouts autograd hands a backward, each with
     the reproducer's code for it: (what, g, code). Values seeded by the case, as _seeded's."""
     def seeded(salt, sh):
-        seed = _seed(case, salt)
-        t = _seeded(case, salt, sh, dtype, device)
-        code = (f"torch.randn({tuple(sh)}, generator=torch.Generator().manual_seed({seed}), "
-                f"dtype=torch.float64).to(torch.{str(dtype).replace('torch.', '')}).to(out.device)")
-        return t, code
+        return _seeded(case, salt, sh, dtype, device), _seeded_code(case, salt, sh, dtype)
     out = []
     if len(shape) >= 1 and math.prod(shape) > 1:
         c, code = seeded("g_one_value", ())
@@ -281,6 +300,29 @@ def _strided_cotangents(case, shape, dtype, device):
         t, code = seeded("g_transposed", tuple(shape[:-2]) + (shape[-1], shape[-2]))
         out.append(("transposed", t.transpose(-1, -2), f"{code}.transpose(-1, -2)"))
     return out
+
+
+def _assert_vjp(case, target, gx, x, rest, g, y, what: str, call: str):
+    """gx, the gradient autograd returned for x (as the law laid it out) and the cotangent g of the
+    output y, has x's shape and dtype and equals the FP64 VJP of g at x (the spec's grad_truth)
+    within its bound, on the elements the spec judges."""
+    a0 = case.tensor_names()[0]
+    if gx is None or tuple(gx.shape) != tuple(x.shape) or gx.dtype != x.dtype:
+        got = None if gx is None else (tuple(gx.shape), gx.dtype)
+        fail(case, target, f"{what} is {got}, expected shape {tuple(x.shape)} and {x.dtype}", call=call)
+    ref, tol, only = case.spec.grad_truth(case, [x, *rest], g, y.detach())
+    bad = T.compare(gx, ref, tol, case.dtype)
+    if only is not None:
+        bad = bad & only
+    if bool(bad.any()):
+        i = worst(bad, (gx.double() - ref).abs() / tol.clamp_min(1e-300))
+        fail(case, target, f"{what} differs from its FP64 VJP: {int(bad.sum())} of {bad.numel()} elements out of "
+             "bounds", i, ref[i], gx[i], tol[i], call, out_name=f"{a0}.grad")
+
+
+def _differentiable_output(case, target, out):
+    if not (isinstance(out, torch.Tensor) and out.requires_grad):
+        fail(case, target, "the output does not require grad for an input that does")
 
 
 @invariant(has_grad_truth, needs=("autograd",), max_cols=128)
@@ -296,6 +338,7 @@ def autograd_cotangent_layouts(case, target):
     laws, as in autograd_composition; rows up to 128 columns. Tier default: a sum or mean of an
     output, a transpose before the loss and a sliced output are everyday training code, and
     torch's backward takes a cotangent in any layout."""
+    _differentiable_dtype(case, target)
     args = case.tensors(target.device)
     _finite_softmax_rows(case, args[0])
     probe = call_op(case, target, [args[0].detach(), *args[1:]])  # the output's shape, dtype and device
@@ -307,21 +350,94 @@ def autograd_cotangent_layouts(case, target):
         x = args[0].detach().requires_grad_(True)
         with torch.enable_grad():
             out = call_op(case, target, [x, *args[1:]])
-            if not (isinstance(out, torch.Tensor) and out.requires_grad):
-                fail(case, target, "the output does not require grad for an input that does")
+            _differentiable_output(case, target, out)
             (gx,) = torch.autograd.grad(out, x, g)
         call = (f"{a0} = {a0}.detach().requires_grad_()\n{case.call_code()}\ng = {g_code}  # {what}\n"
                 f"(gx,) = torch.autograd.grad(out, {a0}, g)\nout = gx  # vs the FP64 VJP of g")
         assert_bitwise(case, target, g, held, f"the cotangent ({what}) was modified by backward", call, out_name="g")
-        if gx is None or tuple(gx.shape) != tuple(x.shape) or gx.dtype != x.dtype:
-            got = None if gx is None else (tuple(gx.shape), gx.dtype)
-            fail(case, target, f"the gradient for a cotangent {what} is {got}, expected shape {tuple(x.shape)} and "
-                 f"{x.dtype}", call=call)
-        ref, tol, only = case.spec.grad_truth(case, [x, *args[1:]], g, out.detach())
-        bad = T.compare(gx, ref, tol, case.dtype)
-        if only is not None:
-            bad = bad & only
-        if bool(bad.any()):
-            i = worst(bad, (gx.double() - ref).abs() / tol.clamp_min(1e-300))
-            fail(case, target, f"gradient for a cotangent {what} differs from its FP64 VJP: {int(bad.sum())} of "
-                 f"{bad.numel()} elements out of bounds", i, ref[i], gx[i], tol[i], call, out_name=f"{a0}.grad")
+        _assert_vjp(case, target, gx, x, args[1:], g, out, f"the gradient for a cotangent {what}", call)
+
+
+@invariant(has_grad_truth, needs=("autograd",), max_cols=128)
+def autograd_backward_twice(case, target):
+    """Backward can run twice. (1) On one graph: out = op(x), then torch.autograd.grad(out, x, g1,
+    retain_graph=True) and torch.autograd.grad(out, x, g2), cotangents seeded by the case (not 1):
+    each gradient equals the FP64 VJP of its cotangent (the spec's grad_truth) within its bound,
+    and the first gradient, as its caller holds it, is bitwise unchanged by the second backward.
+    (2) On two graphs whose backwards run in the other order than their forwards: ya = op(x),
+    yb = op(x') (x' is x with one element changed, to 1 or 2), the backward of yb, then that of
+    ya: each gradient equals the FP64 VJP at its own input. A backward that writes the gradient
+    into a buffer saved for backward (to save an allocation) gives a wrong second gradient and
+    changes the tensor the first call returned; a forward that keeps what it saves for backward
+    in a buffer of its own, reused by the next call, gives the first graph the second's saved
+    values. A backward may refuse to run again on its graph: an exception raised by a backward
+    called with retain_graph=True or by the second one (torch.compile's "This backward function
+    was compiled with non-empty donated buffers which requires create_graph=False and
+    retain_graph=False") passes that part of the law, since a clear refusal is not a wrong value;
+    the first gradient must still be unchanged. Rows with NaN or +inf of the softmax family are
+    left to the other laws, as in autograd_composition; rows up to 128 columns. Tier default:
+    loss.backward(retain_graph=True) then another backward (several losses on one forward, GAN
+    and meta-learning loops), and forwards whose backwards run in the other order (gradient
+    checkpointing, pipeline parallelism) are everyday training code, and torch's ops support
+    both."""
+    _differentiable_dtype(case, target)
+    args = case.tensors(target.device)
+    _finite_softmax_rows(case, args[0])
+    rest = args[1:]
+    a0 = case.tensor_names()[0]
+    one = case.call_code()
+
+    # (1) one graph, two backward calls; a backward that raises (refuses) ends this part
+    x = args[0].detach().requires_grad_(True)
+    with torch.enable_grad():
+        out = call_op(case, target, [x, *rest])
+        _differentiable_output(case, target, out)
+        g1, g2 = (_seeded(case, f"twice_g{k}", out.shape, out.dtype, out.device) for k in (1, 2))
+        grads = []
+        for g, retain in ((g1, True), (g2, False)):
+            try:
+                (gx,) = torch.autograd.grad(out, x, g, retain_graph=retain)
+            except Exception:  # noqa: BLE001 - a refusal to run backward (again) on this graph
+                break
+            grads.append((gx, gx.clone()))
+    second = f"(gx2,) = torch.autograd.grad(out, {a0}, g2)"
+    if len(grads) < 2:  # it refused: the reproducer prints the refusal and goes on
+        second = f"try:\n    {second}\nexcept Exception as e:  # a refusal\n    print(f'refused: {{e}}')"
+    head = "\n".join([f"{a0} = {a0}.detach().requires_grad_()", one,
+                      *(f"g{k} = {_seeded_code(case, f'twice_g{k}', out.shape, out.dtype)}" for k in (1, 2)),
+                      f"(gx1,) = torch.autograd.grad(out, {a0}, g1, retain_graph=True)", "first = gx1.clone()",
+                      second]) + "\n"
+    if grads:
+        gx1, first = grads[0]
+        assert_bitwise(case, target, gx1, first, "the first gradient, as its caller holds it, changed when backward ran "
+                       "again on its graph", head + "out = gx1  # vs first, bitwise", out_name=f"{a0}.grad")
+    for k, (g, (gx, _)) in enumerate(zip((g1, g2), grads), 1):
+        _assert_vjp(case, target, gx, x, rest, g, out, f"the gradient of backward {k} of 2 on one graph",
+                    head + f"out = gx{k}  # vs the FP64 VJP of g{k}")
+
+    # (2) two graphs, backwards in the other order than the forwards
+    other, new = _one_element_changed(args[0])
+    if other is None:  # an empty input: no element to change
+        return
+    xa, xb = args[0].detach().requires_grad_(True), other.requires_grad_(True)
+    _finite_softmax_rows(case, xb)
+    with torch.enable_grad():
+        ya = call_op(case, target, [xa, *rest])
+        yb = call_op(case, target, [xb, *rest])
+        _differentiable_output(case, target, ya)
+        _differentiable_output(case, target, yb)
+        ga = _seeded(case, "order_ga", ya.shape, ya.dtype, ya.device)
+        gb = _seeded(case, "order_gb", yb.shape, yb.dtype, yb.device)
+        (gxb,) = torch.autograd.grad(yb, xb, gb)
+        (gxa,) = torch.autograd.grad(ya, xa, ga)
+    call = (f"x0 = {a0}\n{a0} = xa = x0.detach().requires_grad_()\n{one.replace('out = ', 'ya = ', 1)}\n"
+            f"{a0} = xb = x0.detach().contiguous().clone()\nxb.view(-1)[0] = {new}  # one element changed\n"
+            f"xb.requires_grad_()\n{one.replace('out = ', 'yb = ', 1)}\n"
+            f"ga = {_seeded_code(case, 'order_ga', ya.shape, ya.dtype)}\n"
+            f"gb = {_seeded_code(case, 'order_gb', yb.shape, yb.dtype)}\n"
+            f"(gxb,) = torch.autograd.grad(yb, xb, gb)  # the second graph's backward first\n"
+            f"(gxa,) = torch.autograd.grad(ya, xa, ga)\n")
+    _assert_vjp(case, target, gxb, xb, rest, gb, yb, "the gradient of the second of two graphs, its backward run "
+                "first", call + "out = gxb  # vs the FP64 VJP of gb at xb")
+    _assert_vjp(case, target, gxa, xa, rest, ga, ya, "the gradient of the first of two graphs, its backward run "
+                "second", call + "out = gxa  # vs the FP64 VJP of ga at xa")

@@ -97,12 +97,13 @@ def merge_step_matches_oracle(case, target):
     for i, (args, out) in enumerate(steps):
         x_ref, l_ref, tol_x, tol_l = step_truth(case, *args)
         name = "out" if i == len(steps) - 1 else f"m{i}"
-        state_ok(case, target, out, (x_ref, l_ref), f"step {name}")
+        call = None if name == "out" else f"{case.call_code()}\nout = {name}  # the step, vs the FP64 merge of its inputs"
+        state_ok(case, target, out, (x_ref, l_ref), f"step {name}", call)
         assert_close(case, target, out[0], x_ref, tol_x, f"merge step {name} differs from the FP64 merge of its inputs",
-                     dtype=case.dtype, out_name=f"{name}[0]")
+                     call, dtype=case.dtype, out_name=f"{name}[0]")
         assert_close(case, target, out[1], l_ref, tol_l,
-                     f"merge step {name}'s lse differs from the FP64 merge of its inputs", dtype=lse_dtype(case.dtype),
-                     out_name=f"{name}[1]")
+                     f"merge step {name}'s lse differs from the FP64 merge of its inputs", call,
+                     dtype=lse_dtype(case.dtype), out_name=f"{name}[1]")
 
 
 def _merger(case, target):
@@ -248,7 +249,15 @@ def merge_row_independence(case, target, strict=False):
     rows = [t.reshape(math.prod(lead), *t.shape[len(lead):])[:1] for t in (*a, *b)]
     # compared as a one-row case: the tree's bounds for row 0 come from the whole case's (per row)
     a0, b0 = (rows[0], rows[1]), (rows[2], rows[3])
-    call = "\n".join(tree_code(case.tree, case.op) + ["# vs the same with rows 1.. of every state replaced by nan/inf/-inf/max"])
+    R = math.prod(lead)
+    call = "\n".join(
+        [f"junk = {junk!r}", "def other_rows_replaced(x, lse):",
+         "    x, lse = x.contiguous().clone(), lse.contiguous().clone()",
+         f"    for r in range(1, {R}):",
+         f"        x.view({R}, x.shape[-1])[r], lse.view({R})[r] = junk[r % 4], junk[(r + 1) % 4]",
+         "    return x, lse"]
+        + [f"x{c}, lse{c} = other_rows_replaced(x{c}, lse{c})" for c in tensors]
+        + tree_code(case.tree, case.op) + ["# row 0 vs row 0 of the same on the unchanged states"])
     if strict:
         _merge_agree(case, target, b0, a0, True, "row 0 changed when the other rows changed", call)
         return

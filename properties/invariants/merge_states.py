@@ -80,7 +80,7 @@ def merge_states_permutation_invariant(case, target):
     _, _, tol_x, tol_l = merge_states_truth(case, o, lse)
     _states_close(case, target, b, a, 2 * tol_x, 2 * tol_l,
                   "permuting the states changed the merge",
-                  "p = ...  # the states reversed then rolled by S // 3\n"
+                  f"p = torch.roll(torch.arange({S - 1}, -1, -1, device=o.device), {S // 3})  # reversed, then rolled\n"
                   "out = target.merge_states(o[..., p, :], lse[..., p]), target.merge_states(o, lse)")
 
 
@@ -150,7 +150,12 @@ def merge_states_empty_garbage_ignored(case, target):
     o2 = torch.where(empty, junk[idx], o1)
     a = op_call(case, target, o1, l1)
     b = op_call(case, target, o2, l1)
-    call = ("o1, lse1 = ...  # the states with an empty one up front\n"
+    call = ("e_o, e_lse = torch.full_like(o[..., :1, :], 0.0), torch.full_like(lse[..., :1], -inf)\n"
+            "k = o.shape[-2] // 2  # the states with empty ones up front, in the middle and last:\n"
+            "o1 = torch.cat([e_o, o[..., :k, :], e_o, o[..., k:, :], e_o], -2)\n"
+            "lse1 = torch.cat([e_lse, lse[..., :k], e_lse, lse[..., k:], e_lse], -1)\n"
+            f"junk = torch.tensor([nan, inf, -inf, {torch.finfo(case.dtype).max!r}], dtype=o1.dtype, device=o1.device)\n"
+            "junk = junk[torch.arange(o1.numel(), device=o1.device).reshape(o1.shape) % 4]\n"
             "o2 = torch.where((lse1 == -inf)[..., None], junk, o1)  # nan/inf/-inf/max in every empty state\n"
             "out = target.merge_states(o2, lse1), target.merge_states(o1, lse1)")
     state_ok(case, target, b, (a[0], a[1]), "garbage states", call, names=STATE_NAMES)

@@ -141,10 +141,12 @@ def test_worker_outcomes_match_in_process(monkeypatch):
 def test_autograd_probe_in_worker():
     target = Target("softmax_properties.properties.faulty.misbehaves")
     assert isolation.supports_autograd(target, "softmax") is True
-    assert target._autograd == {"softmax": True}
-    # what the probe raised in the worker comes back with its answer (for the skip reason)
+    # the probe's answer for every dtype comes back from the worker (the laws judge those dtypes)
+    assert target._autograd == {"softmax": {dtype: None for dtype in Target.PROBE_DTYPES}}
+    # and what it raised there (for the skip reason)
     assert isolation.supports_autograd(target, "log_softmax") is False  # the module offers no log_softmax
-    assert target.autograd_errors["log_softmax"].startswith("TypeError"), target.autograd_errors
+    assert target.autograd_refused("log_softmax").startswith("float64, float32, bfloat16, float16: TypeError"), \
+        target.autograd_probe("log_softmax")
 
 
 # ---- end to end -------------------------------------------------------------------------------

@@ -10,12 +10,25 @@ The classic mutants (no max subtraction; sum(g) for sum(y * g); the two classic 
 two classic cross-entropy bugs) are also searched as a user's run meets them, over all of their
 op's laws at once, and must shrink to at most 4 elements per tensor, printing the failure report
 of their shrunk counterexample. A control runs that search against the project's kernels and must
-find nothing."""
+find nothing.
+
+Every law's reproducer runs as printed: for each invariant, the failure report of its first mutant
+(by name) is taken from its pair search, and its reproducer is executed in a fresh Python process,
+where it must raise nothing, print, and leave in `out` the value the report calls actual."""
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
+import json
+import math
+import os
 import pkgutil
+import re
+import select
+import subprocess
+import sys
+import tempfile
 import traceback
 
 import pytest
@@ -235,7 +248,9 @@ def test_zoo_covers_every_invariant(target):
 def test_invariant_catches_mutant(name, inv_name, target):
     """The declared invariant alone, over its own cases (families, max_cols) as the suite draws
     them, finds a case on which the mutant fails it. When test_suite_catches_mutant (same process)
-    already shrank to a catch by this invariant, that case is the evidence and no search runs."""
+    already shrank to a catch by this invariant, that case is the evidence and no search runs.
+    For each invariant's first mutant (REPRODUCED_WITH), the failure report's reproducer then runs
+    as printed, outside the suite, and shows the failure (check_reproducer)."""
     from ..plugin import LIMITS
     module = f"{mutants.__name__}.{name}"
     where = device_reason(next(inv for inv in REGISTRY if inv.name == inv_name), target)
@@ -246,6 +261,8 @@ def test_invariant_catches_mutant(name, inv_name, target):
         rep, how = report(inv, case, module, target.device), "reused from test_suite_catches_mutant"
         if rep.startswith(f"[{inv_name}]"):  # a PropertyFailure of this invariant, not a crash
             _print_catch(name, inv_name, how, case, rep, target.device)
+            if REPRODUCED_WITH[inv_name] == name:
+                check_reproducer(rep, module)
             return
     limits = LIMITS[PAIR_LIMITS_FOR[name]] if name in PAIR_LIMITS_FOR else PAIR_LIMITS
     try:
@@ -257,8 +274,140 @@ def test_invariant_catches_mutant(name, inv_name, target):
     rep = report(inv, case, module, target.device)
     _print_catch(name, inv_name, "searched", case, rep, target.device)
     assert rep.startswith(f"[{inv_name}]"), f"the shrunk case does not reproduce the catch:\n{rep}"
+    if REPRODUCED_WITH[inv_name] == name:
+        check_reproducer(rep, module)
 
 
 def _print_catch(name, inv_name, how, case, rep, device):
     sizes = [t.numel() for t in case.tensors(device)]
     print(f"{name}: caught by {inv_name} alone ({how}); counterexample sizes {sizes}\n{rep}")
+
+
+# ----------------------------------------------------------------------------------------------
+# every law's reproducer runs as printed
+# ----------------------------------------------------------------------------------------------
+# each invariant's reproducer is run for one catch: that of the first mutant (by name) declaring it
+REPRODUCED_WITH = {}
+for _name in sorted(MUTANTS):
+    for _inv in caught_by(_name):
+        REPRODUCED_WITH.setdefault(_inv, _name)
+
+# The interpreter that runs reproducers: a fresh Python process, started once per pytest process
+# (importing torch and triton once, not once per reproducer: seconds each), that runs each
+# reproducer it is sent in a namespace of its own, with the target module imported afresh (a
+# mutant's module-level state, such as a workspace, starts empty as in a new process), and answers
+# with the traceback, if any, what the reproducer printed and the values of its final `out` (a
+# tensor, or nested tuples of them).
+_RUNNER_CODE = r"""
+import contextlib, io, json, os, sys, traceback
+answers = os.fdopen(os.dup(1), "w")  # the answers' own channel: whatever writes to file descriptor 1
+os.dup2(2, 1)                       # (a library's C code) goes where stderr goes instead
+for line in sys.stdin:
+    request = json.loads(line)
+    module = request["module"]
+    for name in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
+        del sys.modules[name]
+    printed, scope, error, values = io.StringIO(), {"__name__": "__main__"}, None, None
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(request["code"], "<reproducer>", "exec"), scope)
+    except BaseException:
+        error = traceback.format_exc()
+    try:
+        import torch
+        def flat(out):  # a tensor, or nested tuples / lists of them
+            if isinstance(out, torch.Tensor):
+                return out.detach().double().cpu().reshape(-1).tolist()
+            if isinstance(out, (tuple, list)) and out:
+                return [v for o in out for v in flat(o)]
+            raise TypeError(type(out).__name__)
+        values = flat(scope.get("out"))
+    except Exception:
+        pass
+    answers.write(json.dumps({"error": error, "printed": printed.getvalue(), "values": values}) + "\n")
+    answers.flush()
+"""
+_RUNNER = []  # the running interpreter and the file its stderr goes to, if started
+REPRODUCER_TIMEOUT = 300.0  # seconds one reproducer may take
+
+
+def _runner() -> subprocess.Popen:
+    if _RUNNER and _RUNNER[0].poll() is None:
+        return _RUNNER[0]
+    errors = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen([sys.executable, "-c", _RUNNER_CODE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=errors, text=True, env=dict(os.environ))
+    _RUNNER[:] = [proc, errors]
+    atexit.register(_stop_runner, proc)
+    return proc
+
+
+def _runner_stderr() -> str:
+    """The end of what the reproducer interpreter wrote to stderr (warnings, a crash's message)."""
+    errors = _RUNNER[1]
+    errors.seek(0)
+    return errors.read()[-3000:]
+
+
+def _stop_runner(proc):
+    if proc.poll() is None:
+        proc.stdin.close()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def run_reproducer(code: str, module: str) -> dict:
+    """Run reproducer code in the reproducer interpreter: {"error": traceback or None, "printed":
+    its output, "values": its final `out` (a tensor or nested tuples of them) as floats, or None}."""
+    proc = _runner()
+    proc.stdin.write(json.dumps({"code": code, "module": module}) + "\n")
+    proc.stdin.flush()
+    ready, _, _ = select.select([proc.stdout], [], [], REPRODUCER_TIMEOUT)
+    line = proc.stdout.readline() if ready else ""
+    if not line:
+        proc.kill()
+        pytest.fail(f"the reproducer gave no answer within {REPRODUCER_TIMEOUT:g} s (it hung or killed its "
+                    f"interpreter):\n{code}\nthe interpreter's stderr, last lines:\n{_runner_stderr()}")
+    return json.loads(line)
+
+
+def reproducer_of(rep: str) -> str:
+    """The reproducer a failure report prints (its lines after 'reproducer:', unindented)."""
+    lines = rep.splitlines()
+    start = lines.index("  reproducer:") + 1
+    code = []
+    for line in lines[start:]:
+        if not line.startswith("    "):
+            break
+        code.append(line[4:])
+    return "\n".join(code)
+
+
+_WORST = re.compile(r"^  worst element \S+: actual=(\S+) expected=(\S+)", re.M)
+
+
+def _same(a: float, b: float) -> bool:
+    """The same value, signs of zeros included, or both NaN."""
+    return (a == b and math.copysign(1.0, a) == math.copysign(1.0, b)) or (math.isnan(a) and math.isnan(b))
+
+
+def check_reproducer(rep: str, module: str):
+    """The failure report's reproducer, run as printed in a fresh interpreter (run_reproducer),
+    raises nothing and prints, and, where the report names a worst element, its final `out`
+    holds the value the report calls actual (which differs from the FP64 expected one): the
+    reproducer shows the failure, not only the case."""
+    code = reproducer_of(rep)
+    got = run_reproducer(code, module)
+    where = f"\nthe reproducer:\n{code}\nthe report:\n{rep}"
+    assert got["error"] is None, f"the reproducer raised:\n{got['error']}{where}"
+    assert got["printed"].strip(), f"the reproducer printed nothing{where}"
+    worst = _WORST.search(rep)
+    if worst is None:
+        return
+    actual, expected = (float(v) for v in worst.groups())
+    assert not _same(actual, expected), f"the report's actual value is its expected one{where}"
+    assert got["values"] is not None, f"the reproducer's out is not a tensor or a tuple of tensors{where}"
+    assert any(_same(v, actual) for v in got["values"]), \
+        f"the reproducer's out does not hold the failing value {actual!r} (expected {expected!r}){where}"

@@ -19,15 +19,10 @@ SUITE_REFUSALS = ()
 torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
 if hasattr(torch._dynamo.config, "accumulated_cache_size_limit"):
     torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 4096)
-# Donated buffers (a memory optimisation of compiled backward graphs) make a backward refuse
-# retain_graph=True, which gradcheck needs to call it once per input column: the refusal is the
-# harness's configuration, not a property of the generated kernels, so it is turned off.
-try:
-    import torch._functorch.config as _functorch_config
-    if hasattr(_functorch_config, "donated_buffer"):
-        _functorch_config.donated_buffer = False
-except ImportError:  # older torch: no donated buffers
-    pass
+# Donated buffers (a memory optimisation of compiled backward graphs, on by default) make a
+# backward refuse retain_graph=True with a RuntimeError. They are left on, as users get them: that
+# refusal is correct behaviour, which autograd_backward_twice accepts, and gradcheck_float64 runs
+# every backward on a graph of its own.
 
 _NAMES = ("softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward",
           "softmax_merge", "attention_merge", "cross_entropy")
