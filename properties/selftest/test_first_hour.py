@@ -9,7 +9,6 @@ import subprocess
 import sys
 import textwrap
 
-from . import ROOT
 from ..failures import KINDS
 
 KINDS = {f"{k}{q}" for k in KINDS for q in ("", "[16-bit]")}  # how a report's first line names its class
