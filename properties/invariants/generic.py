@@ -122,6 +122,7 @@ def follows_current_stream(case, target):
     overlaps work on streams (data loading, communication, graph capture on a side stream). On a
     CUDA device only; STREAM_EXAMPLES examples."""
     args = case.tensors(target.device)
+    torch.cuda.synchronize(args[0].device if args else None)  # the inputs written before the reference
 
     def settled(tensors):  # the outputs once the whole device is done (whatever stream made them)
         out = outputs(call_op(case, target, tensors))

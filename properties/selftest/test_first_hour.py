@@ -31,6 +31,7 @@ def _pytest(cwd, *args, timeout=300, env=None):
 def _suite(tmp_path, target, *args, **kw):
     """The installed suite, run from tmp_path (the author's repository) with --pyargs."""
     return _pytest(tmp_path, "--pyargs", "softmax_properties.properties.test_properties", "-m", "properties",
+                   "--hypothesis-profile=ci",  # small shapes on a GPU too: these tests are about the run, not the kernels
                    "--target", target, "--properties-failures", "", "--properties-examples", "5", "--isolate", "off", *args,
                    **kw)
 
@@ -138,4 +139,6 @@ def test_a_failure_reads_message_first_without_the_runners_source(tmp_path):
     assert "reproducer:" in report and "law: properties/invariants/softmax.py:" in report, report
     assert "from hypothesis import reproduce_failure" in report, report
     rc, out = _suite(tmp_path, "nomax", "-k", ONE, "--properties-examples", "50", "--tb=long")
-    assert rc == 1 and "Traceback (most recent call last)" in out, out  # --tb brings pytest's own report back
+    # --tb brings pytest's own report back: the runner's source for one failure, Python's
+    # traceback of the group for several
+    assert rc == 1 and ("def test_property" in out or "Traceback (most recent call last)" in out), out
