@@ -37,7 +37,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 
-from . import interpreter, isolation, report, strategies as S, targets
+from . import hypothesis_compat, interpreter, isolation, report, strategies as S, targets
 
 _COMMON = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
@@ -191,8 +191,7 @@ def _profile_name(config) -> str:
     name = config.getoption("hypothesis_profile", None)
     if name:
         return name
-    get = getattr(settings, "get_current_profile_name", None)
-    return get() if get else getattr(settings, "_current_profile", "default")
+    return hypothesis_compat.profile_name()
 
 
 def pytest_addoption(parser):
@@ -259,8 +258,7 @@ def pytest_configure(config):
     if n is not None:
         if n < 1:
             raise pytest.UsageError(f"--properties-examples must be a positive integer, got {n}")
-        get = getattr(settings, "get_profile", None)  # older Hypothesis: the private table
-        parent = get(prof) if get else settings._profiles[prof]
+        parent = hypothesis_compat.profile(prof)
         settings.register_profile(f"{prof}-{n}", parent=parent, max_examples=n)
         settings.load_profile(f"{prof}-{n}")
     if not config.getoption("isolate_crash_budget", isolation.CRASH_BUDGET) >= 0:

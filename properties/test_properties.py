@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import errors, given, settings, strategies as st
 
-from . import expected, isolation, replay, strategies as S
+from . import expected, hypothesis_compat, isolation, replay, strategies as S
 from .applicability import skip_reason
 from .invariants import REGISTRY, WORST_ULP, refusals
 
@@ -78,7 +78,7 @@ def test_property(inv, op, target, request):
     # one example-database key (and, under derandomize, one seed) per (invariant, op): the
     # nested function's source is the same for every parametrization, so without this all of
     # them would share one key, and a saved failure would be replayed first by the wrong test
-    check.hypothesis.inner_test._hypothesis_internal_add_digest = f"{inv.name}-{op}".encode()
+    hypothesis_compat.set_database_key(check, f"{inv.name}-{op}")
     try:
         check()
     except errors.Unsatisfiable as e:  # nothing the law could judge: say why
