@@ -31,6 +31,7 @@ header names such a file.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -44,8 +45,7 @@ HEADER = """\
 #   python -m softmax_properties.properties.replay {path}
 {failure}
 import torch
-from softmax_properties.properties.case import Case, CECase, MergeCase, StatesCase  # noqa: F401
-from softmax_properties.properties.strategies import DLoss, Input, Layout, Logits, Targets  # noqa: F401
+{imports}
 
 inf, nan = float("inf"), float("nan")
 
@@ -75,10 +75,35 @@ def _leaves(exc):
     return [exc]
 
 
+def _recipe_classes(value, found: dict) -> dict:
+    """{class: None} of every dataclass in the case's recipe (the case, its inputs, layouts, ...),
+    found by walking it, so that a replay file imports each from its own module: a family's new
+    case type replays without being listed here."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        found.setdefault(type(value), None)
+        for f in dataclasses.fields(value):
+            _recipe_classes(getattr(value, f.name), found)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            _recipe_classes(v, found)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _recipe_classes(v, found)
+    return found
+
+
+def _imports(case) -> str:
+    by_module: dict = {}
+    for cls in _recipe_classes(case, {}):
+        by_module.setdefault(cls.__module__, set()).add(cls.__name__)
+    return "\n".join(f"from {m} import {', '.join(sorted(names))}  # noqa: F401" for m, names in sorted(by_module.items()))
+
+
 def render(invariant: str, target: str, case, message: str = "", path: str = "FILE") -> str:
     first = message.strip().splitlines()[0] if message.strip() else ""
     failure = f"# failed on {target}: {first}"[:300] if first else f"# target: {target}"
-    return HEADER.format(path=path, failure=failure, invariant=invariant, target=target, case=repr(case))
+    return HEADER.format(path=path, failure=failure, invariant=invariant, target=target, case=repr(case),
+                         imports=_imports(case))
 
 
 def save(directory: str, target: str, invariant: str, op: str, exc) -> list:

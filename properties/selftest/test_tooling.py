@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -22,6 +23,13 @@ from . import ROOT
 # softmax of one float32 element at finfo.max: exp(x) overflows without the max subtraction
 OVERFLOW = Case("softmax", torch.float32, (Input(Logits(1, 1, "float32", ("const", 3.4028234663852886e+38),
                                                       family="huge"), (), Layout()),))
+
+
+@dataclass(frozen=True)
+class ToyCase(Case):
+    """A case type of a family the replay module knows nothing of (test_replay_files_import_...)."""
+
+    scale: float = 1.0
 
 
 # ---- expected failures ------------------------------------------------------------------------
@@ -212,6 +220,30 @@ def test_xfails_and_replay_end_to_end(tmp_path, monkeypatch):
 
 
 # ---- replay -----------------------------------------------------------------------------------
+def test_replay_files_import_every_recipe_class_from_its_module(tmp_path):
+    """A replay file imports the classes of the case's recipe from where each is defined, so a
+    case type of a new family (here one defined in this test module) replays without being listed
+    anywhere; every built-in case type round-trips."""
+    from softmax_properties.properties.spec import OPS
+
+    @settings(max_examples=3, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def round_trip(data):
+        op = data.draw(st.sampled_from(sorted(OPS)))
+        case = data.draw(S.cases(op))
+        path = tmp_path / "case.py"
+        path.write_text(replay.render("matches_oracle", "kernels", case))
+        assert repr(replay.load(str(path))[1]) == repr(case)
+
+    round_trip()
+    toy = ToyCase("softmax", torch.float32, (OVERFLOW.inputs[0],), scale=2.0)
+    text = replay.render("matches_oracle", "kernels", toy)
+    assert f"from {__name__} import ToyCase" in text, text
+    path = tmp_path / "toy.py"
+    path.write_text(text)
+    assert replay.load(str(path))[1] == toy
+
+
 @pytest.mark.parametrize("target,status", [("softmax_properties.properties.mutants.no_max_subtraction", "FAIL"), ("kernels", "PASS")])
 def test_replay_saved_failure(tmp_path, target, status):
     path = tmp_path / "saved.py"
