@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-import os
 import types
 
 import torch
@@ -143,14 +142,11 @@ def _import_failure(name: str, e: BaseException) -> str:
     """What importing the target raised, with the traceback through the target's own files only
     (importlib's and the suite's frames dropped)."""
     import traceback
-    suite = os.path.dirname(os.path.realpath(__file__))
-    adapters = os.path.join(suite, "targets")  # the built-in adapters' frames are the target's own
 
-    def ours(f):
-        where = os.path.realpath(f.filename)
-        return where.startswith(suite + os.sep) and not where.startswith(adapters + os.sep)
+    from .report import is_suite_frame
     te = traceback.TracebackException(type(e), e, e.__traceback__)
-    keep = [f for f in te.stack if not (f.filename.startswith("<frozen") or "importlib" in f.filename or ours(f))]
+    keep = [f for f in te.stack
+            if not (f.filename.startswith("<frozen") or "importlib" in f.filename or is_suite_frame(f))]
     te.stack = traceback.StackSummary.from_list(keep)
     text = "".join(te.format()).rstrip()
     return f"--target {name!r}: importing the module raised {type(e).__name__}: {e}\n{text}"

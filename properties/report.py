@@ -37,7 +37,9 @@ def _is_law(frame) -> bool:
     return where.startswith(_LAWS_DIR + os.sep) and os.path.basename(where) not in _HELPERS
 
 
-def _is_suite(frame) -> bool:
+def is_suite_frame(frame) -> bool:
+    """A frame of the suite's own machinery: a file of this package outside properties/targets/
+    (the built-in adapters' frames are the target's own)."""
     where = _where(frame.filename)
     return where.startswith(SUITE_DIR + os.sep) and not where.startswith(_TARGETS_DIR + os.sep)
 
@@ -73,7 +75,7 @@ def _one(e: BaseException) -> str:
     else:  # the target (or the suite) raised: show the raising frames outside the suite's machinery
         kind = type(e).__qualname__ if type(e).__module__ == "builtins" else f"{type(e).__module__}.{type(e).__qualname__}"
         lines.append(f"{kind}: {e}")
-        frames = [f for f in stack if not _is_suite(f)][-MAX_TARGET_FRAMES:]
+        frames = [f for f in stack if not is_suite_frame(f)][-MAX_TARGET_FRAMES:]
         if frames:
             lines.append("raised at (innermost last):")
             lines.extend("  " + ln for chunk in traceback.format_list(frames) for ln in chunk.rstrip().splitlines())

@@ -79,6 +79,11 @@ def test_property(inv, op, target, request):
     # nested function's source is the same for every parametrization, so without this all of
     # them would share one key, and a saved failure would be replayed first by the wrong test
     hypothesis_compat.set_database_key(check, f"{inv.name}-{op}")
+    def save(e):  # each failure (grouped when several) as a replay file
+        if where:
+            for path in replay.save(where, target.name, inv.name, op, e):
+                request.node.user_properties.append(("softmax_replay", path))
+
     try:
         check()
     except errors.Unsatisfiable as e:  # nothing the law could judge: say why
@@ -91,15 +96,10 @@ def test_property(inv, op, target, request):
                         pytrace=False)
         pytest.skip(f"no example satisfied the law's preconditions ({refusals.describe()}): {str(e).splitlines()[0]}")
     except isolation.CrashBudgetSpent as spent:  # the smallest crash seen, reported without further shrinking
-        e = spent.failure
-        if where:
-            for path in replay.save(where, target.name, inv.name, op, e):
-                request.node.user_properties.append(("softmax_replay", path))
-        raise e from None
-    except Exception as e:  # each failure (grouped when several) saved as a replay file
-        if where:
-            for path in replay.save(where, target.name, inv.name, op, e):
-                request.node.user_properties.append(("softmax_replay", path))
+        save(spent.failure)
+        raise spent.failure from None
+    except Exception as e:
+        save(e)
         raise
     else:
         known.report()  # xfailed where an expected bug's own inputs failed and nothing else did

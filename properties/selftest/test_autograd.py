@@ -14,7 +14,6 @@ a clear refusal, which autograd_backward_twice passes and which gradcheck_float6
 (each of its backward calls gets a graph of its own)."""
 from __future__ import annotations
 
-import math
 import types
 
 import pytest
@@ -25,6 +24,7 @@ from .. import strategies as S
 from ..applicability import skip_reason
 from ..failures import PropertyFailure
 from ..invariants import REGISTRY, law
+from ..mutants import autograd_cotangent_as_contiguous
 from ..ops import Target
 
 FORWARDS = ("softmax", "log_softmax", "logsumexp")
@@ -61,34 +61,9 @@ def _softmax_vjp(y, g):
     return (yc * (gc - (yc * gc).sum(-1, keepdim=True))).to(y.dtype)
 
 
-def _contiguous_strides(shape):
-    return tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
-
-
-class _StridesIgnored(torch.autograd.Function):
-    """softmax whose backward reads the cotangent's memory as if it were contiguous (where that
-    stays inside the cotangent's storage; an expanded one is copied first)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        y = torch.softmax(x, -1)
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        room = g.untyped_storage().nbytes() // g.element_size() - g.storage_offset()
-        if g.is_contiguous() or room < g.numel():
-            g = g.contiguous()
-        else:
-            g = torch.as_strided(g, g.shape, _contiguous_strides(g.shape), g.storage_offset())  # the bug
-        return _softmax_vjp(y, g)
-
-
 def _softmax_strides_ignored(x):
     _float32_only(x, "softmax")
-    return _StridesIgnored.apply(x)
+    return autograd_cotangent_as_contiguous.softmax(x)  # the mutant: its backward reads g as contiguous
 
 
 def _module(name: str, **functions) -> types.ModuleType:
@@ -107,6 +82,26 @@ def _target(module, device) -> Target:
     t = Target(module)
     t.device, t.record = device, False
     return t
+
+
+def _judged(inv, t, op, max_examples) -> list:
+    """The dtypes of the examples inv judged (passed, not discarded) on t's op; fails the test
+    when it judged none."""
+    judged = []
+
+    @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data):
+        case = data.draw(S.cases(op, inv.families, inv.max_cols), label="case")
+        inv.check(case, t)
+        judged.append(case.dtype)
+
+    try:
+        check()
+    except errors.Unsatisfiable as e:
+        pytest.fail(f"{inv.name} judged none of {t.name}.{op}'s cases: {e}")
+    return judged
 
 
 def test_the_probe_finds_float32():
@@ -138,19 +133,7 @@ def test_autograd_laws_judge_a_float32_only_target(law_name, op, target):
     discarded: before the probe tried float32, the laws were skipped for such a target)."""
     inv, t = law(law_name), _target(FLOAT32_ONLY, target.device)
     assert skip_reason(inv, op, t) is None
-    judged = []
-
-    @settings(max_examples=15, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(st.data())
-    def check(data):
-        case = data.draw(S.cases(op, inv.families, inv.max_cols), label="case")
-        inv.check(case, t)
-        judged.append(case.dtype)
-
-    try:
-        check()
-    except errors.Unsatisfiable as e:
-        pytest.fail(f"{law_name} judged none of the float32-only {op}'s cases: {e}")
+    judged = _judged(inv, t, op, 15)
     assert set(judged) == {torch.float32}, judged
 
 
@@ -161,16 +144,7 @@ def test_dtypes_without_autograd_are_not_judged(target):
                      softmax=lambda x: torch.softmax(x.detach() if x.dtype == torch.float64 else x, -1))
     inv, t = law("autograd_composition"), _target(module, target.device)
     assert t.autograd_dtypes("softmax") == (torch.float32, torch.bfloat16, torch.float16)
-    judged = []
-
-    @settings(max_examples=20, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(st.data())
-    def check(data):
-        case = data.draw(S.cases("softmax", inv.families, inv.max_cols), label="case")
-        inv.check(case, t)
-        judged.append(case.dtype)
-
-    check()
+    judged = _judged(inv, t, "softmax", 20)
     assert judged and torch.float64 not in judged, judged
 
 
@@ -228,14 +202,5 @@ def test_a_backward_that_refuses_a_second_call_passes(law_name, target):
     examples they judged."""
     inv, t = law(law_name), _target(ONCE_ONLY, target.device)
     assert skip_reason(inv, "softmax", t) is None
-    judged = []
-
-    @settings(max_examples=40, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(st.data())
-    def check(data):
-        case = data.draw(S.cases("softmax", inv.families, inv.max_cols), label="case")
-        inv.check(case, t)
-        judged.append(case.dtype)
-
-    check()
+    judged = _judged(inv, t, "softmax", 40)
     assert judged, f"{law_name} judged none of its cases"
