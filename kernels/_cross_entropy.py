@@ -673,6 +673,12 @@ class BackwardPlan:
         if self.n_rows == 0:
             return dx.reshape(self.shape)
         sc = dloss.reshape(-1)  # a view (stride 0 for an expanded dloss) where possible
+        if sc.dtype != self.dtype and sc.dtype != torch.float64:
+            # each dloss dtype is one more compiled kernel per launch shape (four, with the suite's
+            # draws); float64 holds every float exactly, and the kernel rounds dloss once to its
+            # compute type (or forms dloss / count in float64) either way: the same dx, bitwise.
+            # A dloss in the logits' dtype, as autograd passes it, is read as it is.
+            sc = sc.to(torch.float64)
         ss = sc.stride(0) if sc.numel() > 1 else 0
         L.note_variant("ce_bwd", dloss=str(dloss.dtype), **self.note)
         consts = self.consts
