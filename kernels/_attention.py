@@ -134,35 +134,21 @@ def _visible(rows, cols, Lq, Lk, off, wl, wr, LEFT: tl.constexpr, RIGHT: tl.cons
 
 
 @triton.jit
-def _hint(ptrs, ROWS_FIRST: tl.constexpr, VEC: tl.constexpr):
-    """16-byte vectors along the head dimension where the launcher checked them (VEC: unit
-    head-dimension strides, 16-byte aligned bases and strides). Made at each load: a pointer
-    stepped by an unspecialized stride carries no alignment."""
-    if VEC:
-        if ROWS_FIRST:
-            return tl.max_contiguous(tl.multiple_of(ptrs, [1, 16]), [1, 16])
-        else:
-            return tl.max_contiguous(tl.multiple_of(ptrs, [16, 1]), [16, 1])
-    else:
-        return ptrs
-
-
-@triton.jit
 def _ranges(a0, BA: tl.constexpr, n_a, n_b, lo_off, hi_off, LEFT: tl.constexpr, RIGHT: tl.constexpr,
             BB: tl.constexpr):
     """For a block of BA rows starting at a0 (queries, or keys read as the transposed problem)
     whose element a sees the b with a + lo_off <= b <= a + hi_off (a side without LEFT / RIGHT
-    is unbounded) and b < n_b: the b-block starts (multiples of BB) to visit, as three ranges
-    [lo, r1) masked, [r1, r2) unmasked (every pair of each block visible, no tail), [r2, hi)
-    masked. Blocks no element can see are left out. n_a: the rows that exist (a >= n_a is
-    padding, seen by nothing)."""
+    is unbounded) and b < n_b: the b-block starts (multiples of BB) to visit, [lo, hi), and
+    within them [r1, r2), the blocks where every pair is visible (no mask, no tail); the blocks
+    before r1 and from r2 on run masked. Blocks no element can see are left out. n_a: the rows
+    that exist (a block holding a >= n_a runs masked throughout)."""
     if RIGHT:
         hi = tl.minimum(tl.maximum(a0 + BA + hi_off, 0), n_b)
         e = tl.minimum(tl.maximum(a0 + hi_off + 1, 0), n_b)
     else:
         hi = n_b
         e = n_b
-    e = tl.where(a0 + BA <= n_a, e, 0)  # a block with padding rows is masked throughout
+    e = tl.where(a0 + BA <= n_a, e, 0)
     if LEFT:
         lo = tl.maximum(a0 + lo_off, 0)
         s = tl.maximum(a0 + BA - 1 + lo_off, 0)
@@ -176,52 +162,15 @@ def _ranges(a0, BA: tl.constexpr, n_a, n_b, lo_off, hi_off, LEFT: tl.constexpr, 
     return lo, r1, r2, hi
 
 
+# The loops live in the kernels' bodies, not in helper functions: Triton (3.9, sm_90) drops the
+# tl.multiple_of / tl.max_contiguous hints made inside a called @triton.jit function, and without
+# them every load is a scalar 2-byte load. A block is masked or not by a uniform branch on its
+# position ([r1, r2) unmasked, _ranges), not by three copies of the loop.
+
+
 # ----------------------------------------------------------------------------------------------
 # forward
 # ----------------------------------------------------------------------------------------------
-@triton.jit
-def _fwd_blocks(acc, l_i, m_i, q, kT_ptrs, v_ptrs, start, end, rows, offs_n, offs_d, offs_dv,
-                skn, svn, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-                F64: tl.constexpr, SOFTCAP: tl.constexpr, MASK: tl.constexpr, LEFT: tl.constexpr,
-                RIGHT: tl.constexpr, EVEN_D: tl.constexpr, VEC: tl.constexpr, BLOCK_N: tl.constexpr):
-    CT: tl.constexpr = tl.float64 if F64 else tl.float32
-    kp = kT_ptrs + tl.cast(start, tl.int64) * skn
-    vp = v_ptrs + tl.cast(start, tl.int64) * svn
-    for start_n in range(start, end, BLOCK_N):
-        cols = start_n + offs_n
-        if MASK:
-            kmask = cols[None, :] < Lk
-            vmask = cols[:, None] < Lk
-            if not EVEN_D:
-                kmask = kmask & (offs_d[:, None] < D)
-                vmask = vmask & (offs_dv[None, :] < Dv)
-            kT = tl.load(_hint(kp, False, VEC), mask=kmask, other=0.0)
-            v = tl.load(_hint(vp, True, VEC), mask=vmask, other=0.0)
-        else:
-            if EVEN_D:
-                kT = tl.load(_hint(kp, False, VEC))
-                v = tl.load(_hint(vp, True, VEC))
-            else:
-                kT = tl.load(_hint(kp, False, VEC), mask=offs_d[:, None] < D, other=0.0)
-                v = tl.load(_hint(vp, True, VEC), mask=offs_dv[None, :] < Dv, other=0.0)
-        s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
-        s, th = _scores(s, sc, cm, SOFTCAP)
-        if MASK:
-            s = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT), s, float("-inf"))
-        m_new = tl.maximum(m_i, rowmax(s), propagate_nan=tl.PropagateNan.ALL)
-        # a row that has seen only -inf so far subtracts 0: exp(-inf - 0) = 0, never -inf - -inf
-        m_s = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = _exp(s - m_s[:, None], F64)
-        alpha = _exp(m_i - m_s, F64)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee", out_dtype=CT)
-        m_i = m_new
-        kp += tl.cast(skn, tl.int64) * BLOCK_N
-        vp += tl.cast(svn, tl.int64) * BLOCK_N
-    return acc, l_i, m_i
-
-
 @triton.jit(do_not_specialize=_FWD_INTS, do_not_specialize_on_alignment=_FWD_INTS + _FWD_PTRS)
 def _attn_fwd_kernel(
     Q, K, V, O, LSE,
@@ -251,26 +200,48 @@ def _attn_fwd_kernel(
     cm = _join(cm0, cm1, cm2, F64)
 
     q_ptrs = Q + b * sqb + h * sqh + rows.to(tl.int64)[:, None] * sqm + offs_d[None, :].to(tl.int64) * sqd
+    if VEC:
+        q_ptrs = tl.max_contiguous(tl.multiple_of(q_ptrs, [1, 16]), [1, 16])
     qmask = rows[:, None] < Lq
     if not EVEN_D:
         qmask = qmask & (offs_d[None, :] < D)
-    q = tl.load(_hint(q_ptrs, True, VEC), mask=qmask, other=0.0)
-    kT_ptrs = K + b * skb + hk * skh + offs_n.to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
-    v_ptrs = V + b * svb + hk * svh + offs_n.to(tl.int64)[:, None] * svn + offs_dv[None, :].to(tl.int64) * svd
+    q = tl.load(q_ptrs, mask=qmask, other=0.0)
 
     acc = tl.zeros([BLOCK_M, BLOCK_DV], CT)
     l_i = tl.zeros([BLOCK_M], CT)
     m_i = tl.full([BLOCK_M], float("-inf"), CT)
     lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, LEFT, RIGHT, BLOCK_N)
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, kT_ptrs, v_ptrs, lo, r1, rows, offs_n, offs_d, offs_dv,
-                                skn, svn, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-                                F64, SOFTCAP, True, LEFT, RIGHT, EVEN_D, VEC, BLOCK_N)
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, kT_ptrs, v_ptrs, r1, r2, rows, offs_n, offs_d, offs_dv,
-                                skn, svn, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-                                F64, SOFTCAP, False, LEFT, RIGHT, EVEN_D, VEC, BLOCK_N)
-    acc, l_i, m_i = _fwd_blocks(acc, l_i, m_i, q, kT_ptrs, v_ptrs, r2, hi, rows, offs_n, offs_d, offs_dv,
-                                skn, svn, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-                                F64, SOFTCAP, True, LEFT, RIGHT, EVEN_D, VEC, BLOCK_N)
+    kp = K + b * skb + hk * skh + (lo + offs_n).to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
+    vp = V + b * svb + hk * svh + (lo + offs_n).to(tl.int64)[:, None] * svn + offs_dv[None, :].to(tl.int64) * svd
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        kph = kp
+        vph = vp
+        if VEC:
+            kph = tl.max_contiguous(tl.multiple_of(kp, [16, 1]), [16, 1])
+            vph = tl.max_contiguous(tl.multiple_of(vp, [1, 16]), [1, 16])
+        kmask = cols[None, :] < Lk
+        vmask = cols[:, None] < Lk
+        if not EVEN_D:
+            kmask = kmask & (offs_d[:, None] < D)
+            vmask = vmask & (offs_dv[None, :] < Dv)
+        kT = tl.load(kph, mask=kmask, other=0.0)
+        v = tl.load(vph, mask=vmask, other=0.0)
+        s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
+        s, th = _scores(s, sc, cm, SOFTCAP)
+        if (start_n < r1) | (start_n >= r2):
+            s = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT), s, float("-inf"))
+        m_new = tl.maximum(m_i, rowmax(s), propagate_nan=tl.PropagateNan.ALL)
+        # a row that has seen only -inf so far subtracts 0: exp(-inf - 0) = 0, never -inf - -inf
+        m_s = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = _exp(s - m_s[:, None], F64)
+        alpha = _exp(m_i - m_s, F64)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee", out_dtype=CT)
+        m_i = m_new
+        kp += tl.cast(skn, tl.int64) * BLOCK_N
+        vp += tl.cast(svn, tl.int64) * BLOCK_N
 
     # m_i is -inf (no visible key: o = 0, lse = -inf), NaN (a NaN score), +inf (o NaN, lse +inf),
     # or finite, where l_i >= 1 (the maximum's own term)
@@ -285,10 +256,12 @@ def _attn_fwd_kernel(
     rmask = rows < Lq
     tl.store(LSE + bh.to(tl.int64) * Lq + rows, lse, mask=rmask)
     o_ptrs = O + b * sob + h * soh + rows.to(tl.int64)[:, None] * som + offs_dv[None, :].to(tl.int64) * sod
+    if VEC:
+        o_ptrs = tl.max_contiguous(tl.multiple_of(o_ptrs, [1, 16]), [1, 16])
     omask = rmask[:, None]
     if not EVEN_D:
         omask = omask & (offs_dv[None, :] < Dv)
-    tl.store(_hint(o_ptrs, True, VEC), to_out(o, O.dtype.element_ty), mask=omask)
+    tl.store(o_ptrs, to_out(o, O.dtype.element_ty), mask=omask)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -333,51 +306,6 @@ def _row_stats(LSE_h, DELTA_h, rows, Lq, F64: tl.constexpr):
     return lse, delta
 
 
-@triton.jit
-def _dkdv_blocks(dk, dv, k, v, qT_ptrs, do_ptrs, LSE_h, DELTA_h, start, end, cols, offs_m, offs_d, offs_dv,
-                 sqm, sdm, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-                 F64: tl.constexpr, SOFTCAP: tl.constexpr, MASK: tl.constexpr, LEFT: tl.constexpr,
-                 RIGHT: tl.constexpr, EVEN_D: tl.constexpr, VEC: tl.constexpr, BLOCK_M: tl.constexpr):
-    CT: tl.constexpr = tl.float64 if F64 else tl.float32
-    qp = qT_ptrs + tl.cast(start, tl.int64) * sqm
-    dp_ = do_ptrs + tl.cast(start, tl.int64) * sdm
-    for start_m in range(start, end, BLOCK_M):
-        rows = start_m + offs_m
-        if MASK:
-            qmask = rows[None, :] < Lq
-            dmask = rows[:, None] < Lq
-            if not EVEN_D:
-                qmask = qmask & (offs_d[:, None] < D)
-                dmask = dmask & (offs_dv[None, :] < Dv)
-            qT = tl.load(_hint(qp, False, VEC), mask=qmask, other=0.0)
-            do = tl.load(_hint(dp_, True, VEC), mask=dmask, other=0.0)
-        else:
-            if EVEN_D:
-                qT = tl.load(_hint(qp, False, VEC))
-                do = tl.load(_hint(dp_, True, VEC))
-            else:
-                qT = tl.load(_hint(qp, False, VEC), mask=offs_d[:, None] < D, other=0.0)
-                do = tl.load(_hint(dp_, True, VEC), mask=offs_dv[None, :] < Dv, other=0.0)
-        lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq, F64)
-        sT = tl.dot(k, qT, input_precision="ieee", out_dtype=CT)  # [BLOCK_N, BLOCK_M]
-        sT, th = _scores(sT, sc, cm, SOFTCAP)
-        pT = _exp(sT - lse[None, :], F64)
-        if MASK:
-            vis = tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT))
-            pT = tl.where(vis, pT, 0.0)
-        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
-        dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
-        dsT = pT * (dpT - delta[None, :])
-        if SOFTCAP:
-            dsT = dsT * (1 - th * th)
-        if MASK:
-            dsT = tl.where(vis, dsT, 0.0)
-        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision="ieee", out_dtype=CT)
-        qp += tl.cast(sqm, tl.int64) * BLOCK_M
-        dp_ += tl.cast(sdm, tl.int64) * BLOCK_M
-    return dk, dv
-
-
 @triton.jit(do_not_specialize=_BWD_INTS, do_not_specialize_on_alignment=_BWD_INTS + _BWD_PTRS)
 def _attn_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, GA, GB,
@@ -406,83 +334,67 @@ def _attn_bwd_dkdv_kernel(
     cm = _join(cm0, cm1, cm2, F64)
     gs = _join(gs0, gs1, gs2, F64)
 
-    cmask = cols[:, None] < Lk
-    kmask = cmask
-    vmask = cmask
+    kmask = cols[:, None] < Lk
+    vmask = kmask
     if not EVEN_D:
         kmask = kmask & (offs_d[None, :] < D)
         vmask = vmask & (offs_dv[None, :] < Dv)
     k_ptrs = K + b * skb + hk * skh + cols.to(tl.int64)[:, None] * skn + offs_d[None, :].to(tl.int64) * skd
     v_ptrs = V + b * svb + hk * svh + cols.to(tl.int64)[:, None] * svn + offs_dv[None, :].to(tl.int64) * svd
-    k = tl.load(_hint(k_ptrs, True, VEC), mask=kmask, other=0.0)
-    v = tl.load(_hint(v_ptrs, True, VEC), mask=vmask, other=0.0)
+    if VEC:
+        k_ptrs = tl.max_contiguous(tl.multiple_of(k_ptrs, [1, 16]), [1, 16])
+        v_ptrs = tl.max_contiguous(tl.multiple_of(v_ptrs, [1, 16]), [1, 16])
+    k = tl.load(k_ptrs, mask=kmask, other=0.0)
+    v = tl.load(v_ptrs, mask=vmask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], CT)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], CT)
     # the queries that see key j: j - off - wr <= i <= j - off + wl (the transposed problem)
     lo, r1, r2, hi = _ranges(n0, BLOCK_N, Lk, Lq, -off - wr, wl - off, RIGHT, LEFT, BLOCK_M)
     for g in range(0, G):
         h = hk * G + g
-        qT_ptrs = Q + b * sqb + h * sqh + offs_m.to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
-        do_ptrs = DO + b * sdb + h * sdh + offs_m.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+        qp = Q + b * sqb + h * sqh + (lo + offs_m).to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
+        dop = DO + b * sdb + h * sdh + (lo + offs_m).to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
         LSE_h = LSE + (b * Hq + h) * Lq
         DELTA_h = DELTA + (b * Hq + h) * Lq
-        dk, dv = _dkdv_blocks(dk, dv, k, v, qT_ptrs, do_ptrs, LSE_h, DELTA_h, lo, r1, cols, offs_m, offs_d, offs_dv,
-                              sqm, sdm, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-                              F64, SOFTCAP, True, LEFT, RIGHT, EVEN_D, VEC, BLOCK_M)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, qT_ptrs, do_ptrs, LSE_h, DELTA_h, r1, r2, cols, offs_m, offs_d, offs_dv,
-                              sqm, sdm, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-                              F64, SOFTCAP, False, LEFT, RIGHT, EVEN_D, VEC, BLOCK_M)
-        dk, dv = _dkdv_blocks(dk, dv, k, v, qT_ptrs, do_ptrs, LSE_h, DELTA_h, r2, hi, cols, offs_m, offs_d, offs_dv,
-                              sqm, sdm, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-                              F64, SOFTCAP, True, LEFT, RIGHT, EVEN_D, VEC, BLOCK_M)
+        for start_m in range(lo, hi, BLOCK_M):
+            rows = start_m + offs_m
+            qph = qp
+            doph = dop
+            if VEC:
+                qph = tl.max_contiguous(tl.multiple_of(qp, [16, 1]), [16, 1])
+                doph = tl.max_contiguous(tl.multiple_of(dop, [1, 16]), [1, 16])
+            qmask = rows[None, :] < Lq
+            dmask = rows[:, None] < Lq
+            if not EVEN_D:
+                qmask = qmask & (offs_d[:, None] < D)
+                dmask = dmask & (offs_dv[None, :] < Dv)
+            qT = tl.load(qph, mask=qmask, other=0.0)
+            do = tl.load(doph, mask=dmask, other=0.0)
+            lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq, F64)
+            masked = (start_m < r1) | (start_m >= r2)
+            sT = tl.dot(k, qT, input_precision="ieee", out_dtype=CT)  # [BLOCK_N, BLOCK_M]
+            sT, th = _scores(sT, sc, cm, SOFTCAP)
+            pT = _exp(sT - lse[None, :], F64)
+            if masked:
+                pT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT)), pT, 0.0)
+            dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
+            dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
+            dsT = pT * (dpT - delta[None, :])
+            if SOFTCAP:
+                dsT = dsT * (1 - th * th)
+            if masked:
+                dsT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT)), dsT, 0.0)
+            dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision="ieee", out_dtype=CT)
+            qp += tl.cast(sqm, tl.int64) * BLOCK_M
+            dop += tl.cast(sdm, tl.int64) * BLOCK_M
     dk = dk * gs
     dk_ptrs = GA + b * sgb + hk * sgh + cols.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
     dv_ptrs = GB + b * sub + hk * suh + cols.to(tl.int64)[:, None] * sun + offs_dv[None, :].to(tl.int64) * sud
-    tl.store(_hint(dk_ptrs, True, VEC), to_out(dk, GA.dtype.element_ty), mask=kmask)
-    tl.store(_hint(dv_ptrs, True, VEC), to_out(dv, GB.dtype.element_ty), mask=vmask)
-
-
-@triton.jit
-def _dq_blocks(dq, q, do, lse, delta, kT_ptrs, vT_ptrs, start, end, rows, offs_n, offs_d, offs_dv,
-               skn, svn, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-               F64: tl.constexpr, SOFTCAP: tl.constexpr, MASK: tl.constexpr, LEFT: tl.constexpr,
-               RIGHT: tl.constexpr, EVEN_D: tl.constexpr, VEC: tl.constexpr, BLOCK_N: tl.constexpr):
-    CT: tl.constexpr = tl.float64 if F64 else tl.float32
-    kp = kT_ptrs + tl.cast(start, tl.int64) * skn
-    vp = vT_ptrs + tl.cast(start, tl.int64) * svn
-    for start_n in range(start, end, BLOCK_N):
-        cols = start_n + offs_n
-        if MASK:
-            kmask = cols[None, :] < Lk
-            vmask = kmask
-            if not EVEN_D:
-                kmask = kmask & (offs_d[:, None] < D)
-                vmask = vmask & (offs_dv[:, None] < Dv)
-            kT = tl.load(_hint(kp, False, VEC), mask=kmask, other=0.0)
-            vT = tl.load(_hint(vp, False, VEC), mask=vmask, other=0.0)
-        else:
-            if EVEN_D:
-                kT = tl.load(_hint(kp, False, VEC))
-                vT = tl.load(_hint(vp, False, VEC))
-            else:
-                kT = tl.load(_hint(kp, False, VEC), mask=offs_d[:, None] < D, other=0.0)
-                vT = tl.load(_hint(vp, False, VEC), mask=offs_dv[:, None] < Dv, other=0.0)
-        s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
-        s, th = _scores(s, sc, cm, SOFTCAP)
-        p = _exp(s - lse[:, None], F64)
-        if MASK:
-            vis = _visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT)
-            p = tl.where(vis, p, 0.0)
-        dp = tl.dot(do, vT, input_precision="ieee", out_dtype=CT)
-        ds = p * (dp - delta[:, None])
-        if SOFTCAP:
-            ds = ds * (1 - th * th)
-        if MASK:
-            ds = tl.where(vis, ds, 0.0)
-        dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision="ieee", out_dtype=CT)
-        kp += tl.cast(skn, tl.int64) * BLOCK_N
-        vp += tl.cast(svn, tl.int64) * BLOCK_N
-    return dq
+    if VEC:
+        dk_ptrs = tl.max_contiguous(tl.multiple_of(dk_ptrs, [1, 16]), [1, 16])
+        dv_ptrs = tl.max_contiguous(tl.multiple_of(dv_ptrs, [1, 16]), [1, 16])
+    tl.store(dk_ptrs, to_out(dk, GA.dtype.element_ty), mask=kmask)
+    tl.store(dv_ptrs, to_out(dv, GB.dtype.element_ty), mask=vmask)
 
 
 @triton.jit(do_not_specialize=_BWD_INTS, do_not_specialize_on_alignment=_BWD_INTS + _BWD_PTRS)
@@ -523,25 +435,51 @@ def _attn_bwd_dq_kernel(
         dmask = dmask & (offs_dv[None, :] < Dv)
     q_ptrs = Q + b * sqb + h * sqh + rows.to(tl.int64)[:, None] * sqm + offs_d[None, :].to(tl.int64) * sqd
     do_ptrs = DO + b * sdb + h * sdh + rows.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
-    q = tl.load(_hint(q_ptrs, True, VEC), mask=qmask, other=0.0)
-    do = tl.load(_hint(do_ptrs, True, VEC), mask=dmask, other=0.0)
+    if VEC:
+        q_ptrs = tl.max_contiguous(tl.multiple_of(q_ptrs, [1, 16]), [1, 16])
+        do_ptrs = tl.max_contiguous(tl.multiple_of(do_ptrs, [1, 16]), [1, 16])
+    q = tl.load(q_ptrs, mask=qmask, other=0.0)
+    do = tl.load(do_ptrs, mask=dmask, other=0.0)
     lse, delta = _row_stats(LSE + bh.to(tl.int64) * Lq, DELTA + bh.to(tl.int64) * Lq, rows, Lq, F64)
-    kT_ptrs = K + b * skb + hk * skh + offs_n.to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
-    vT_ptrs = V + b * svb + hk * svh + offs_n.to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
     dq = tl.zeros([BLOCK_M, BLOCK_D], CT)
     lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, LEFT, RIGHT, BLOCK_N)
-    dq = _dq_blocks(dq, q, do, lse, delta, kT_ptrs, vT_ptrs, lo, r1, rows, offs_n, offs_d, offs_dv,
-                    skn, svn, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-                    F64, SOFTCAP, True, LEFT, RIGHT, EVEN_D, VEC, BLOCK_N)
-    dq = _dq_blocks(dq, q, do, lse, delta, kT_ptrs, vT_ptrs, r1, r2, rows, offs_n, offs_d, offs_dv,
-                    skn, svn, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-                    F64, SOFTCAP, False, LEFT, RIGHT, EVEN_D, VEC, BLOCK_N)
-    dq = _dq_blocks(dq, q, do, lse, delta, kT_ptrs, vT_ptrs, r2, hi, rows, offs_n, offs_d, offs_dv,
-                    skn, svn, Lq, Lk, D, Dv, off, wl, wr, sc, cm,
-                    F64, SOFTCAP, True, LEFT, RIGHT, EVEN_D, VEC, BLOCK_N)
+    kp = K + b * skb + hk * skh + (lo + offs_n).to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
+    vp = V + b * svb + hk * svh + (lo + offs_n).to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        kph = kp
+        vph = vp
+        if VEC:
+            kph = tl.max_contiguous(tl.multiple_of(kp, [16, 1]), [16, 1])
+            vph = tl.max_contiguous(tl.multiple_of(vp, [16, 1]), [16, 1])
+        kmask = cols[None, :] < Lk
+        vmask = kmask
+        if not EVEN_D:
+            kmask = kmask & (offs_d[:, None] < D)
+            vmask = vmask & (offs_dv[:, None] < Dv)
+        kT = tl.load(kph, mask=kmask, other=0.0)
+        vT = tl.load(vph, mask=vmask, other=0.0)
+        masked = (start_n < r1) | (start_n >= r2)
+        s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
+        s, th = _scores(s, sc, cm, SOFTCAP)
+        p = _exp(s - lse[:, None], F64)
+        if masked:
+            p = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT), p, 0.0)
+        dp = tl.dot(do, vT, input_precision="ieee", out_dtype=CT)
+        ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1 - th * th)
+        if masked:
+            ds = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT), ds, 0.0)
+        dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision="ieee", out_dtype=CT)
+        kp += tl.cast(skn, tl.int64) * BLOCK_N
+        vp += tl.cast(svn, tl.int64) * BLOCK_N
     dq = dq * gs
     dq_ptrs = GA + b * sgb + h * sgh + rows.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
-    tl.store(_hint(dq_ptrs, True, VEC), to_out(dq, GA.dtype.element_ty), mask=qmask)
+    if VEC:
+        dq_ptrs = tl.max_contiguous(tl.multiple_of(dq_ptrs, [1, 16]), [1, 16])
+    tl.store(dq_ptrs, to_out(dq, GA.dtype.element_ty), mask=qmask)
+
 
 
 JIT_KERNELS = L.register_jit(_attn_fwd_kernel, _attn_delta_kernel, _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel)
