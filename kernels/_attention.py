@@ -12,8 +12,7 @@ unbounded side), ``softcap`` c (scores s -> c tanh(s / c) after scaling, before 
 sum of exp of the scores, float32 (float64 for float64 inputs).
 
 Forward (one program per BLOCK_M queries of one head): the online softmax over key blocks of
-BLOCK_N, in float32 (float64 for float64), scores in base-2 units with log2(e) folded into the
-scale (exp2; float64 uses exp in natural units). A key block is masked only where it needs it:
+BLOCK_N, in float32 (float64 for float64), with exp2((s - m) log2(e)) (exp for float64). A key block is masked only where it needs it:
 the blocks a query block's rows all see in full run without masks, the ones crossing the causal
 or window diagonal, the left window edge or the end of the keys run with them, and blocks past
 the diagonal or before the window are never visited. The running max propagates NaN, and a row
@@ -65,12 +64,13 @@ _DELTA_PTRS = ["O", "DO", "DLSE", "DELTA"]
 # ----------------------------------------------------------------------------------------------
 @triton.jit
 def _exp(x, F64: tl.constexpr):
-    """exp in the kernel's units: natural for float64, base 2 (log2(e) folded into the scale)
-    otherwise."""
+    """exp of a difference of scores (<= 0 for a row's max): tl.exp for float64, exp2(x log2(e))
+    otherwise. The scores stay in natural units: folding log2(e) into the scale would overflow
+    float32 for scores above 2.4e38, which a float32 lse holds."""
     if F64:
         return tl.exp(x)
     else:
-        return tl.exp2(x)
+        return tl.exp2(x * _LOG2E)
 
 
 @triton.jit
@@ -113,8 +113,8 @@ def _join(x0, x1, x2, F64: tl.constexpr):
 
 @triton.jit
 def _scores(s, sc, cm, SOFTCAP: tl.constexpr):
-    """Raw dot products -> scores in the kernel's units: s sc, or cm tanh(s sc) with softcap
-    (the host folds the scale, 1 / c and log2(e) into sc and cm). Returns (scores, tanh)."""
+    """Raw dot products -> scores: s sc, or cm tanh(s sc) with softcap (sc = scale / c, cm = c).
+    Returns (scores, tanh)."""
     if SOFTCAP:
         th = _tanh(s * sc)
         return cm * th, th
@@ -250,7 +250,7 @@ def _attn_fwd_kernel(
     if F64:
         lse = m_i + tl.log(l_s)
     else:
-        lse = (m_i + tl.log2(l_s)) * _LN2
+        lse = m_i + tl.log2(l_s) * _LN2
     lse = tl.where(fin, lse, m_i)
     o = acc / l_s[:, None]
     rmask = rows < Lq
@@ -294,15 +294,13 @@ def _attn_delta_kernel(O, DO, DLSE, DELTA, n_rows, Hq, Lq, Dv,
 
 @triton.jit
 def _row_stats(LSE_h, DELTA_h, rows, Lq, F64: tl.constexpr):
-    """The rows' lse in the kernel's units and their delta. lse = -inf (a row that sees no key,
+    """The rows' lse and delta. lse = -inf (a row that sees no key,
     or only -inf scores) becomes +inf, so exp(s - lse) = 0; +inf (a +inf score) becomes NaN, so
     the row's P is NaN, as the definition's."""
     rmask = rows < Lq
     lse = tl.load(LSE_h + rows, mask=rmask, other=0.0)
     delta = tl.load(DELTA_h + rows, mask=rmask, other=0.0)
     lse = tl.where(lse == float("-inf"), float("inf"), tl.where(lse == float("inf"), float("nan"), lse))
-    if not F64:
-        lse = lse * _LOG2E
     return lse, delta
 
 
@@ -630,13 +628,9 @@ def _split3(x: float, F64: bool) -> tuple:
 
 def _factors(dtype, scale, softcap) -> tuple:
     """(sc, cm, gs) as float32 parts: the kernels form scores s sc (or cm tanh(s sc) with softcap)
-    in their units (base 2 for 16/32-bit, natural for float64), and scale the gradients by gs."""
+    and scale the gradients by gs."""
     F64 = dtype == torch.float64
-    unit = 1.0 if F64 else 1.0 / math.log(2.0)
-    if softcap:
-        sc, cm = scale / softcap, softcap * unit
-    else:
-        sc, cm = scale * unit, 0.0
+    sc, cm = (scale / softcap, softcap) if softcap else (scale, 0.0)
     return _split3(sc, F64) + _split3(cm, F64) + _split3(scale, F64)
 
 

@@ -164,7 +164,8 @@ def _weights(u: torch.Tensor, vis: torch.Tensor):
     e = torch.where(fin[..., None] & vis, torch.exp(u - ms[..., None]), 0.0)
     s = torch.where(fin, row_sum(e), 1.0)
     lse = torch.where(fin, ms + torch.log(s), m)
-    p = torch.where(fin[..., None], e / s[..., None], torch.where((m == -_INF)[..., None], 0.0, _NAN))
+    # a poisoned row's P is NaN at its visible pairs; an invisible pair's weight is 0 structurally
+    p = torch.where(fin[..., None], e / s[..., None], torch.where((m == -_INF)[..., None] | ~vis, 0.0, _NAN))
     return p, lse
 
 
