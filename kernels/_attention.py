@@ -12,10 +12,10 @@ unbounded side), ``softcap`` c (scores s -> c tanh(s / c) after scaling, before 
 sum of exp of the scores, float32 (float64 for float64 inputs).
 
 Forward (one program per BLOCK_M queries of one head): the online softmax over key blocks of
-BLOCK_N, in float32 (float64 for float64), with exp2((s - m) log2(e)) (exp for float64). A key block is masked only where it needs it:
-the blocks a query block's rows all see in full run without masks, the ones crossing the causal
-or window diagonal, the left window edge or the end of the keys run with them, and blocks past
-the diagonal or before the window are never visited. The running max propagates NaN, and a row
+BLOCK_N, in float32 (float64 for float64), with exp2((s - m) log2(e)) (exp for float64). A key
+block is masked only where it needs it: the blocks a query block's rows all see in full run
+without masks, the ones crossing the causal or window diagonal, the left window edge or the end
+of the keys run with them, and blocks past the diagonal or before the window are never visited. The running max propagates NaN, and a row
 whose visible scores are all -inf (or a fully masked block) forms exp2(-inf - 0) = 0, never
 -inf - -inf: such a row ends with o = 0, lse = -inf; a NaN score gives NaN o and lse; a +inf score
 NaN o and lse = +inf. P is rounded to the input dtype for the P V product in 16-bit (as every
@@ -25,17 +25,19 @@ Backward (the standard design, no atomics, so results are deterministic): a prep
 delta_i = rowsum(o_i * do_i) - dlse_i (float32; float64 for float64), then one kernel for dk and
 dv (a program holds BLOCK_N1 keys of one key/value head and streams the query blocks of every
 query head of its group) and one for dq (a program holds BLOCK_M2 queries and streams the key
-blocks), each recomputing P = exp2(s - lse) from the forward's lse. A gradient of lse (autograd,
+blocks), each recomputing P = exp(s - lse) from the forward's lse. A gradient of lse (autograd,
 when lse is used) enters as dS = P (dP - delta + dlse).
 
 Keys a query cannot see never enter its row's arithmetic as scores (masked to -inf, so NaN in an
 invisible key's k changes nothing); a masked pair inside a block still multiplies its zero weight
-by the key's v (and, backward, its k), as in every tiled kernel.
+by the key's v (and, backward, by its k, and by the query's q and do), as in every tiled kernel,
+so non-finite inputs can reach other rows and keys of their blocks through those products.
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -618,7 +620,6 @@ def _vec(tensors) -> bool:
 def _split3(x: float, F64: bool) -> tuple:
     """x as three float32 parts whose float64 sum is x (float arguments reach a kernel as float32);
     only the first matters to a 16/32-bit kernel."""
-    import numpy as np
     hi = float(np.float32(x))
     if not F64:
         return hi, 0.0, 0.0
