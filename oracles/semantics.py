@@ -110,7 +110,7 @@ CE_SEMANTICS = [
 # attention). Keys a query cannot see never enter its row: NaN in an invisible key's k changes
 # nothing (a tiled kernel multiplies an invisible key's v by a zero weight inside a block, so
 # non-finite v there is not required to stay out).
-# Each entry: (what, q, k, v, options, o, lse).
+# Each entry: (what, q, k, v, options, o, lse). test_meta.py does not check this table yet.
 # ----------------------------------------------------------------------------------------------
 _L3 = math.log(3)
 
