@@ -1,7 +1,7 @@
 """Op specs and their registry, in the style of PyTorch's OpInfo: everything the suite knows about
 an op is one ``OpSpec``, and every law selects the ops it applies to by the attributes of their
-specs (properties/invariants/). The built-in ops are registered in properties/ops.py; a new op is
-its spec, a kernel that offers it, and its FP64 oracle (docs/extending.md).
+specs. The built-in ops are registered by their families (properties/families/); a new op is its
+spec, a kernel that offers it, and its FP64 oracle (docs/extending.md).
 
 This module is the bottom of the suite's imports: it imports no other module of the suite."""
 from __future__ import annotations
@@ -12,6 +12,16 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
+
+
+def t64(values, dtype=torch.float64) -> torch.Tensor:
+    """A tensor of the given values (an op's edge rows, OpSpec.semantics)."""
+    return torch.tensor(values, dtype=dtype)
+
+
+def row64(values) -> torch.Tensor:
+    """One row (1, len(values)) of float64 values."""
+    return t64(values).reshape(1, len(values))
 
 
 def same_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -201,4 +211,4 @@ def lookup(name: str) -> OpSpec:
         return OPS[name]
     except KeyError:
         raise KeyError(f"unknown op {name!r}: registered ops are {', '.join(OPS) or 'none'} (the built-in ops are "
-                       f"registered by importing properties.ops)") from None
+                       f"registered by importing properties.families)") from None

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from .. import ops  # noqa: F401 - registers the built-in ops the cases name
+from .. import families  # noqa: F401 - registers the built-in ops the cases name
 from .. import tolerances as T
-from .. import truth
-from ..case import CECase
-from ..strategies import Input, Layout, Logits, Targets, DLoss
+from ..families.cross_entropy import truth
+from ..families.cross_entropy.case import CECase
+from ..families.cross_entropy.strategies import DLoss, Targets
+from ..strategies import Input, Layout, Logits
 
 
 def _ce(op, dtype, rows, cols, fill, patches=(), family="moderate", batch=None, targets=(0,), reduction="mean",

@@ -14,6 +14,9 @@ from softmax_properties import oracles
 from softmax_properties.kernels import _launch
 
 from .. import interpreter, strategies as S
+from ..families.cross_entropy import strategies as CE
+from ..families.merge import strategies as MS
+from ..families.merge_states import strategies as SS
 from ..invariants import REGISTRY
 from ..targets import OWN_KERNELS
 
@@ -287,7 +290,7 @@ def test_merge_reproducer_rebuilds_the_exact_states(data):
     """A MergeCase's printed reproducer, executed, yields bitwise every chunk state (values,
     shapes, strides) the case fed the target, and its merge calls name the tree's steps."""
     op = data.draw(st.sampled_from(["softmax_merge", "attention_merge"]))
-    case = data.draw(S.merge_cases(op))
+    case = data.draw(MS.merge_cases(op))
     code = case.reproducer(OWN_KERNELS, call="out = None")
     scope = {}
     exec(code, scope)
@@ -297,7 +300,7 @@ def test_merge_reproducer_rebuilds_the_exact_states(data):
             assert r.shape == t.shape and r.dtype == t.dtype, name
             assert r.stride() == t.stride() or t.numel() == 0, name  # an empty tensor's strides are arbitrary
             assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
-    from ..case import tree_code, tree_depth
+    from ..families.merge.case import tree_code, tree_depth
     lines = tree_code(case.tree, op)
     assert len(lines) == max(1, len(case.bounds()) - 1) and (tree_depth(case.tree) == 0 or lines[-1].startswith("out = target."))
 
@@ -421,7 +424,7 @@ def test_merge_states_any_strides_and_empty_batch():
 def test_merge_states_reproducer_rebuilds_the_exact_states(data):
     """A StatesCase's reproducer, executed, yields bitwise the o and lse (shapes, strides) the case
     fed the target, and runs the target."""
-    case = data.draw(S.states_cases(many_rows=data.draw(st.booleans())))
+    case = data.draw(SS.states_cases(many_rows=data.draw(st.booleans())))
     scope = {}
     exec(case.reproducer(OWN_KERNELS), scope)
     for name, t in zip(("o", "lse"), case.stacked(DEV)):
@@ -562,7 +565,7 @@ def test_ce_autograd_refuses_logits_changed_in_place_and_repeats_a_retained_back
 def test_ce_reproducer_rebuilds_the_exact_tensors(data):
     """A CECase's reproducer, executed as printed (calling the kernels), yields bitwise its logits,
     class indices (``labels``: ``target`` is the module) and dloss, strides too, and an output."""
-    case = data.draw(S.ce_cases(data.draw(st.sampled_from(["cross_entropy", "cross_entropy_backward"])),
+    case = data.draw(CE.ce_cases(data.draw(st.sampled_from(["cross_entropy", "cross_entropy_backward"])),
                                 many_rows=data.draw(st.booleans())))
     scope = {}
     exec(case.reproducer(OWN_KERNELS), scope)
@@ -577,11 +580,11 @@ def test_ce_reductions_agree_accepts_an_overflowing_sum():
     """Two float16 rows of loss 40000: the float16 sum is inf while each row and the mean are
     finite. The law must accept it (the float64 sum of the rows exceeds float16's range); a
     version comparing the rows' float64 sum against the sum as the reference failed here."""
-    from ..case import CECase
-    from ..invariants.cross_entropy import ce_reductions_agree
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_reductions_agree
     tg = _kernels_target()
     lg = S.Logits(2, 2, "float16", ("const", 0.0), ((-1, 1, 2, -40000.0),))
-    case = CECase("cross_entropy", torch.float16, S.Input(lg, (2,), S.Layout()), S.Targets((1, 1)), -100, "sum", 0.0)
+    case = CECase("cross_entropy", torch.float16, S.Input(lg, (2,), S.Layout()), CE.Targets((1, 1)), -100, "sum", 0.0)
     assert bool(torch.isinf(kernels.cross_entropy(*case.tensors(DEV), **case.kwargs())))
     ce_reductions_agree(case, tg)
 
@@ -590,12 +593,12 @@ def test_ce_reductions_agree_when_mean_times_count_overflows():
     """float64 logits [[finfo.max, 0], [0, 0], [0, 0]], targets [1, 0, 0] (a GPU counterexample):
     the sum rounds to finfo.max (finite, right), the mean to max / 3, and 3 * mean in float64 to
     inf. The law's mean * count must not overflow where the sum does not."""
-    from ..case import CECase
-    from ..invariants.cross_entropy import ce_reductions_agree
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_reductions_agree
     tg = _kernels_target()
     big = torch.finfo(torch.float64).max
     lg = S.Logits(3, 2, "float64", ("const", 0.0), ((0, 0, 1, big),))
-    case = CECase("cross_entropy", torch.float64, S.Input(lg, (3,), S.Layout()), S.Targets((1, 0, 0)), -100,
+    case = CECase("cross_entropy", torch.float64, S.Input(lg, (3,), S.Layout()), CE.Targets((1, 0, 0)), -100,
                   "mean", 0.0)
     x, t = case.tensors(DEV)
     assert float(x[0, 0]) == big and bool(torch.isinf(kernels.cross_entropy(x, t).double() * 3))
@@ -608,7 +611,7 @@ def test_vjp_bounds_cover_a_subnormal_rounded_y():
     y_i * -15.25, while the VJP at the exact y is ~0. The kernel's answer on a GPU is the former;
     a bound missing the second-order term du_i * sum_j du_j |g_j| rejects it."""
     from ..case import Case
-    from ..invariants.softmax import vjp_matches_finite_differences, vjp_matches_fp64_autograd
+    from ..families.softmax.laws import vjp_matches_finite_differences, vjp_matches_fp64_autograd
     tg = _kernels_target()
     x = S.Logits(1, 255, "float16", ("normal", 0, 3.0), ((0, 0, 1, 17.0),), "moderate")
     g = S.Logits(1, 255, "float16", ("const", 65504.0), (), "constant")
@@ -623,13 +626,13 @@ def test_ce_bound_of_rows_at_the_float64_limit(eps):
     rounds to max, so any kernel that forms lse - x_t returns 0, within the derived bound (u |lse|
     is 2e292). Formed directly, the bound's mean |x_j| overflows to inf and eps * inf with eps = 0
     makes it NaN, which the comparison reads as 0: a half-ulp tolerance."""
-    from ..case import CECase
-    from ..invariants.cross_entropy import ce_matches_oracle
-    from ..truth import ce_truth
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_matches_oracle
+    from ..families.cross_entropy.truth import ce_truth
     tg = _kernels_target()
     big = torch.finfo(torch.float64).max
     x = S.Logits(1, 2, "float64", ("const", big), (), "huge")
-    case = CECase("cross_entropy", torch.float64, S.Input(x, (), S.Layout()), S.Targets((0,)), -100, "mean", eps)
+    case = CECase("cross_entropy", torch.float64, S.Input(x, (), S.Layout()), CE.Targets((0,)), -100, "mean", eps)
     ref, tol = ce_truth(case, case.tensors("cpu"))
     assert bool(torch.isfinite(tol)) and float(tol) > 1e290, tol
     ce_matches_oracle(case, tg)
@@ -641,12 +644,12 @@ def test_ce_grad_bound_is_not_first_order_in_the_lse_rounding():
     p_j = exp(x_j - lse) = e**-8, 9x the exact 1/V -- a backward-stable answer (lse is within half
     an ulp). The bound linear in the argument's error (8) falls short of e**2.2 - 1 = 8.0001; the
     exact p expm1(|delta|) covers it."""
-    from ..case import CECase
-    from ..invariants.cross_entropy import ce_gradient_rows_sum_to_zero, ce_matches_oracle
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_gradient_rows_sum_to_zero, ce_matches_oracle
     tg = _kernels_target()
     x = S.Logits(1, 26829, "float64", ("const", 2.0**55), (), "bits")
-    case = CECase("cross_entropy_backward", torch.float64, S.Input(x, (), S.Layout()), S.Targets((0,)), -100,
-                  "mean", 0.0, S.DLoss(("const", 1.0)))
+    case = CECase("cross_entropy_backward", torch.float64, S.Input(x, (), S.Layout()), CE.Targets((0,)), -100,
+                  "mean", 0.0, CE.DLoss(("const", 1.0)))
     dx = kernels.cross_entropy_backward(*case.tensors(DEV), reduction="mean")
     assert abs(float(dx[1]) - math.exp(-8.0)) < 1e-12  # the lse's rounding, as on the GPU
     ce_matches_oracle(case, tg)
@@ -659,12 +662,12 @@ def test_ce_smoothing_mean_at_the_range_end(dtype, V):
     sums the mean of x for the smoothing term. Formed unscaled, that sum overflows to -inf by
     rounding (float32: V = 81 on a GPU, from V = 1000 under the interpreter) and the loss reads
     inf; the kernel sums the mean at a quarter scale (kernels/_cross_entropy.py)."""
-    from ..case import CECase
-    from ..invariants.cross_entropy import ce_matches_oracle
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_matches_oracle
     tg = _kernels_target()
     low = -torch.finfo(getattr(torch, dtype)).max
     x = S.Logits(1, V, dtype, ("const", low), (), "huge")
-    case = CECase("cross_entropy", getattr(torch, dtype), S.Input(x, (), S.Layout()), S.Targets((0,)), -100,
+    case = CECase("cross_entropy", getattr(torch, dtype), S.Input(x, (), S.Layout()), CE.Targets((0,)), -100,
                   "mean", 0.1)
     ce_matches_oracle(case, tg)
 

@@ -8,7 +8,7 @@ torch's conventions are not bugs.
   16 bits (torch.logsumexp of bfloat16 input, directly) stays below the bar.
 * A cross-entropy gradient formed as exp(x - lse) - onehot keeps its NaN only where the logits
   poison the row ([inf, 0] gives [nan, 0]): every law judges it by the same rule
-  (truth.nan_rows_keep_their_nan), and a gradient with the NaN scrubbed away still fails.
+  (families/cross_entropy/truth.py, nan_rows_keep_their_nan), and a gradient with the NaN scrubbed away still fails.
 
 The direct cases run in well under a second each; the default laws then run on the module with a
 few examples each, the laws that once failed it among them."""
@@ -22,14 +22,16 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from .. import strategies as S, tolerances as T
-from ..case import Case, CECase
+from ..case import Case
+from ..families.cross_entropy.case import CECase
+from ..families.cross_entropy.strategies import DLoss, Targets
 from ..failures import OutOfTolerance, PropertyFailure, WrongOutput
 from ..invariants import law
 from ..invariants._checks import assert_close
 from ..invariants._registry import checking
 from ..mutants import ce_backward_nan_scrubbed
 from ..ops import OPS, Target
-from ..strategies import DLoss, Input, Layout, Logits, Targets
+from ..strategies import Input, Layout, Logits
 from . import plain_torch
 
 inf, nan = math.inf, math.nan

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, errors, find, given, settings, strategies as
 
 from softmax_properties import oracles
 
-from .. import strategies as S, truth
+from .. import strategies as S
+from ..families.softmax import strategies as SM, truth
 from ..applicability import device_reason, skip_reason
 from ..case import Case
 from ..failures import PropertyFailure
@@ -49,11 +50,11 @@ def _with_temperature(draw, case):
 
 
 def draw_toy(draw, spec, families=None, max_cols=None):
-    return _with_temperature(draw, S.logit_case(draw, spec, families, max_cols))
+    return _with_temperature(draw, SM.logit_case(draw, spec, families, max_cols))
 
 
 def draw_toy_many_rows(draw, spec):
-    return _with_temperature(draw, S.many_row_logit_case(draw, spec))
+    return _with_temperature(draw, SM.many_row_logit_case(draw, spec))
 
 
 def toy_oracle(x, temperature=1.0):

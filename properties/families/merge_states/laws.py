@@ -1,5 +1,5 @@
 """The laws of the N-way merge, merge_states(o, lse): o (..., S, Dv), lse (..., S), drawn as a
-StatesCase (properties/case.py: a row's chunk states stacked along a states axis)."""
+StatesCase (case.py: a row's chunk states stacked along a states axis)."""
 from __future__ import annotations
 
 import math
@@ -7,10 +7,10 @@ import math
 import torch
 from hypothesis import assume
 
-from ..truth import merge_states_truth
-from ._checks import bits_equal, check_oracle, op_call, run, worst
-from ._registry import fail, invariant
-from .merge import state_close, state_ok
+from ...invariants._checks import bits_equal, check_oracle, op_call, run, worst
+from ...invariants._registry import fail, invariant
+from ..merge.laws import state_close, state_ok
+from .truth import merge_states_truth
 
 STATE_NAMES = ("o", "lse")
 

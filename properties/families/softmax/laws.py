@@ -11,13 +11,15 @@ from hypothesis import assume
 
 from softmax_properties import oracles
 
-from .. import tolerances as T
-from ..failures import WrongOutput
-from ..spec import lookup
-from ..strategies import GRID_SHIFT, MASKED_CHUNKS
-from ..truth import reference, rounded_forward_effect
-from ._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
-from ._registry import fail, invariant
+from ... import tolerances as T
+from ...failures import WrongOutput
+from ...spec import lookup
+from ...strategies import GRID_SHIFT, MASKED_CHUNKS
+from ...truth import reference
+from ...invariants._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
+from ...invariants._registry import fail, invariant
+from . import bounds as B
+from .truth import rounded_forward_effect
 
 
 def softmax_family(op) -> bool:
@@ -263,7 +265,7 @@ def vjp_rows_sum_to_zero(case, target):
         expected = (g64 / s).sum(-1) * (1 - torch.exp(a64).sum(-1))
     # rows whose exact VJP overflows the dtype are excluded: there inf is the right output
     fits = (ref.abs() <= torch.finfo(case.dtype).max).all(-1)
-    rows = finite_rows(a) & finite_rows(g) & fits & T.vjp_in_range(case.op, a64, g64, case.dtype)
+    rows = finite_rows(a) & finite_rows(g) & fits & B.vjp_in_range(case.op, a64, g64, case.dtype)
     total = (dx / s).sum(-1)
     bound = (tol / s).sum(-1) + 4 * a.shape[-1] * 2.0**-53 * ((ref / s).abs().sum(-1) + expected.abs())
     bad = rows & ~((total - expected).abs() <= bound)
@@ -298,7 +300,7 @@ def softmax_vjp_within_cotangent_spread(case, target):
     spread = gs.amax(-1, keepdim=True) - gs.amin(-1, keepdim=True)
     exact = y.abs() * (y.abs().sum(-1, keepdim=True) * spread + (1 - y.sum(-1, keepdim=True)).abs() * gs.abs())
     bound = exact * (1 + (n + 4) * 2.0**-52) + tol / s
-    rows = finite_rows(a) & finite_rows(g) & T.vjp_in_range(case.op, y, g64, case.dtype)
+    rows = finite_rows(a) & finite_rows(g) & B.vjp_in_range(case.op, y, g64, case.dtype)
     bad = rows[..., None] & ~((dx / s).abs() <= bound)
     if bool(bad.any()):
         i = worst(bad, (dx / s).abs() / bound)
@@ -339,7 +341,7 @@ def vjp_matches_fp64_autograd(case, target):
     if a.shape != auto.shape:  # expanded layout on y: compare against the broadcast
         auto = auto.expand(a.shape)
         extra = extra.expand(a.shape)
-    rows = T.vjp_in_range(case.op, a.double(), g.double(), case.dtype)  # beyond: matches_oracle_strict
+    rows = B.vjp_in_range(case.op, a.double(), g.double(), case.dtype)  # beyond: matches_oracle_strict
     assert_close(case, target, dx, auto.detach(), tol + extra,
                  "VJP differs from FP64 autograd", only=rows[..., None])
 
@@ -426,7 +428,7 @@ def gradcheck_float64(case, target):
         fail(case, target, f"gradcheck failed: {str(e).splitlines()[0]}",
              call="\n".join([
                  "from torch.autograd.gradcheck import GradcheckError",
-                 "from softmax_properties.properties.invariants.softmax import one_graph_per_backward",
+                 "from softmax_properties.properties.families.softmax.laws import one_graph_per_backward",
                  "try:  # the full check: every Jacobian entry, each backward on a graph of its own",
                  f"    out = torch.autograd.gradcheck(one_graph_per_backward({fn}), "
                  f"({name}.detach().contiguous().requires_grad_(),), eps=1e-6, atol=1e-5, rtol=1e-3)",
@@ -513,7 +515,7 @@ def row_independence(case, target, strict=False):
         b = op_call(case, target, *[other_rows_replaced(t, case.dtype, junk) for t in args])
         b0 = b.reshape(-1, *b.shape[len(lead):])[:1]
         dt = f"torch.{str(case.dtype).replace('torch.', '')}"
-        call = ("from softmax_properties.properties.invariants.softmax import other_rows_replaced\n"
+        call = ("from softmax_properties.properties.families.softmax.laws import other_rows_replaced\n"
                 f"# rows 1.. replaced by {name}\n"
                 f"{names}, = (other_rows_replaced(t, {dt}, {junk!r}) for t in ({names},))\n"
                 f"{case.call_code()}  # row 0 vs row 0 of the same call on the unchanged inputs")

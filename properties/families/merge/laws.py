@@ -1,5 +1,5 @@
 """The laws of the merge family: merges of two (x, lse) states, softmax_merge and attention_merge,
-each drawn as a MergeCase (properties/case.py: a row's chunk states and a merge tree over them).
+each drawn as a MergeCase (case.py: a row's chunk states and a merge tree over them).
 Their oracle, inputs-unmodified and many-rows laws are the generic ones (generic.py)."""
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import math
 import torch
 from hypothesis import assume
 
-from ..case import tree_code, tree_depth, tree_leaves
-from ..failures import WrongOutput
-from ..spec import lse_dtype
-from ..truth import one_shot_state_truth, one_shot_truth, step_truth
-from ._checks import assert_close, assert_structure, bits_equal, check_oracle, check_outputs, run, worst
-from ._registry import fail, invariant
+from ...failures import WrongOutput
+from ...spec import lse_dtype
+from ...invariants._checks import assert_close, assert_structure, bits_equal, check_oracle, check_outputs, run, worst
+from ...invariants._registry import fail, invariant
+from .case import tree_code, tree_depth, tree_leaves
+from .truth import one_shot_state_truth, one_shot_truth, step_truth
 
 
 def merges(op) -> bool:

@@ -1,5 +1,5 @@
 """The laws of cross-entropy with class-index targets: cross_entropy and cross_entropy_backward,
-drawn as a CECase (properties/case.py: logits, class-index targets, the options, and for the
+drawn as a CECase (case.py: logits, class-index targets, the options, and for the
 backward the cotangent dloss). Every target call passes the case's keyword options
 (ignore_index, reduction, label_smoothing)."""
 from __future__ import annotations
@@ -11,12 +11,14 @@ from hypothesis import assume, reject
 
 from softmax_properties import oracles
 
-from .. import tolerances as T
-from ..failures import WrongOutput, accept_context_loss, device_assert
-from ..strategies import GRID_SHIFT, OUT_OF_RANGE
-from ..truth import ce_default_mask, ce_truth, reference
-from ._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
-from ._registry import fail, invariant
+from ... import tolerances as T
+from ...failures import WrongOutput, accept_context_loss, device_assert
+from ...strategies import GRID_SHIFT
+from ...truth import reference
+from ...invariants._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
+from ...invariants._registry import fail, invariant
+from .strategies import OUT_OF_RANGE
+from .truth import ce_default_mask, ce_truth
 
 
 def cross_entropy(op) -> bool:
