@@ -72,6 +72,26 @@ def depth_any(n: int) -> float:
     return k / (1 - k * 2.0**-24) + 1
 
 
+def agree(tol_a, tol_b, scale=1.0, formed=None, dtype=None):
+    """The bound on |a - scale * b| where a and b are two computed values within tol_a and tol_b of
+    exact values A and B = A / scale (two outputs of the same exact answer: a shifted, permuted or
+    re-laid-out input, a scaled cotangent, a law's two ways to one value): tol_a + |scale| tol_b,
+    scale a power of two or -1 (exact). formed: where one side is a value formed from the outputs
+    in dtype (a difference, a shift: one rounding by a correct kernel), its magnitude, and the
+    bound adds one ulp of dtype there (the rounding to either neighbour). Summed in float64."""
+    tol = tol_a + abs(scale) * tol_b
+    return tol if formed is None else tol + ulp(formed, dtype)
+
+
+def accumulated_bound(g0, refs, tols, dtype):
+    """The bound on a gradient accumulated in dtype, g0 + v_1 + v_2 (an existing .grad and two
+    VJPs, each v_k within tols[k] of refs[k]): tols[0] + tols[1] for the VJPs, plus one ulp of
+    dtype at |g0| + |refs[0]| + |refs[1]| + tols[0] + tols[1] (the largest any partial sum
+    reaches) for the two additions, half an ulp each (NaN and inf magnitudes: no term)."""
+    size = g0.double().abs() + refs[0].abs() + refs[1].abs() + tols[0] + tols[1]
+    return tols[0] + tols[1] + ulp(torch.nan_to_num(size, nan=0.0, posinf=0.0), dtype)
+
+
 def ulp(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Spacing of `dtype` numbers at |v| (float64 tensor), subnormal spacing below the normal range."""
     t = TABLE[dtype]

@@ -272,8 +272,7 @@ def autograd_composition(case, target):
         refs.append(r)
         tols.append(t_)
     ref = g0.double() + refs[0] + refs[1]
-    size = g0.double().abs() + refs[0].abs() + refs[1].abs() + tols[0] + tols[1]
-    tol = tols[0] + tols[1] + T.ulp(torch.nan_to_num(size, nan=0.0, posinf=0.0), case.dtype)
+    tol = T.accumulated_bound(g0, refs, tols, case.dtype)
     bad = T.compare(x.grad, ref, tol, case.dtype)
     if only is not None:
         bad = bad & only

@@ -70,3 +70,25 @@ def ce_grad_bound(dtype, p, x, lse_abs_err, lse, g0, scale, is_t, eps, V):
     t = TABLE[dtype]
     return (ab(t.u_c, lse_abs_err[0]) + ab(U_ORACLE, lse_abs_err[1])
             + ATOL_FTZ * t.tiny_c * scale.abs()[..., None])
+
+
+def ce_sum_bound(tol_sum, tol_none):
+    """|sum - sum(reduction="none")| for the two computed within their oracle bounds of the same
+    exact sum: tol(sum) + sum_i tol_i(none)."""
+    return tol_sum + tol_none.sum()
+
+
+def ce_mean_count_bound(tol_mean, tol_sum, count, scale, mean_count):
+    """|sum - mean * count| (both sides times scale, a power of two: a quarter where mean * count
+    overflows float64) for mean and sum within their oracle bounds of the exact mean and sum:
+    count tol(mean) + tol(sum), at that scale, + 2**-52 |mean * count| for forming the product in
+    float64."""
+    return (count * tol_mean + tol_sum) * scale + 2.0**-52 * torch.nan_to_num(mean_count.abs())
+
+
+def ce_grad_row_sum_bound(tol, ref):
+    """|sum_j dx_j| for a gradient row whose exact sum is 0, each dx_j within tol_j of ref_j: sum_j
+    tol_j + (V + 2) 2**-53 sum_j |ref_j| (the oracle's own row sum of V terms, and the float64 sum
+    of dx)."""
+    return tol.sum(-1) + (ref.shape[-1] + 2) * 2.0**-53 * ref.abs().sum(-1)
+

@@ -3,9 +3,12 @@ properties/tolerances.py (the one tolerance table: compute precision, exp / log 
 accuracy, reduction depth, the final rounding)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
-from ...tolerances import ATOL_FTZ, TABLE, U_ORACLE
+from ...spec import lookup
+from ...tolerances import ATOL_FTZ, TABLE, U_ORACLE, ulp
 
 
 def vjp_in_range(op: str, a: torch.Tensor, g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -82,3 +85,82 @@ def log_softmax_backward_bound(dtype, z, g, S, absS, dep, dx, n, scale=1.0):
         t = ez * (dep * absS[..., None] + S.abs()[..., None] * (2 * z.abs() + 6))
         return (u * scale) * torch.where(ez > 0, t, 0.0) + u * dx.abs()
     return ab(TABLE[dtype].u_c) + ab(U_ORACLE) + ATOL_FTZ * TABLE[dtype].tiny_c * (1 + n * ez)
+
+
+def rounded_forward_effect(op, out, g, du):
+    """How far the exact VJP at the rounded forward output (y_r = y + dy, or z_r = z + dz, with
+    |dy_i| <= du_i) can be from the VJP at the exact one, for the cotangent g.
+    softmax: y_r (g - dot_r) - y (g - dot) = dy (g - dot) - (y + dy) ddot, ddot = sum_j dy_j g_j,
+    so the bound is du |g - dot| + (y + du) S with S = sum_j du_j |g_j|. (The second-order part,
+    du S, matters where y_i is a 16-bit subnormal: its rounding is then as large as y_i itself.)
+    log_softmax: (exp(z_r) - exp(z)) sum g, at most exp(z) expm1(du) |sum g|."""
+    if lookup(op).forward == "softmax":
+        dot = (out * g).sum(-1, keepdim=True)
+        S = (du * g.abs()).sum(-1, keepdim=True)
+        return du * (g - dot).abs() + (out + du) * S
+    return torch.exp(out) * torch.expm1(du) * g.sum(-1, keepdim=True).abs()
+
+
+def unit_row_sum_bound(tol, n):
+    """|sum_i y_i - 1| for a row of n outputs, each within tol_i of the FP64 oracle: sum_i tol_i,
+    plus n 2**-52 (the oracle's row sums to 1 within n 2**-53, and the FP64 sum of y adds as
+    much)."""
+    return tol.sum(-1) + n * 2.0**-52
+
+
+def exp_log_softmax_bound(ty, ez, tz):
+    """|exp(z) - y| for z = log_softmax(x) within tz of its oracle and y = softmax(x) within ty of
+    its own (the same exact softmax): ty + exp(z) expm1(tz), z's error through exp (exp(z + dz) -
+    exp(z) = exp(z) expm1(dz), exact to every order; tz clamped where expm1 would overflow). NaN
+    (an infinite exp(z) times expm1(0)) reads as no bound."""
+    tol = ty + ez * torch.expm1(tz.clamp_max(700))
+    return torch.nan_to_num(tol, nan=math.inf)
+
+
+def vjp_row_sum_bound(tol, ref, expected, n):
+    """|sum_i dx_i - expected| for a VJP row whose exact sum is expected (dot (1 - sum y) for
+    softmax, sum g (1 - sum exp z) for log_softmax), each dx_i within tol_i of ref_i: sum_i tol_i,
+    plus 4 n 2**-53 (sum_i |ref_i| + |expected|) for the FP64 sums of dx, of the reference and of
+    the expected term (each of n terms, n roundings at most). All in the same units (the law's
+    power-of-two scale s)."""
+    return tol.sum(-1) + 4 * n * 2.0**-53 * (ref.abs().sum(-1) + expected.abs())
+
+
+def cotangent_spread_bound(exact, tol, n):
+    """|dx_i| of a softmax VJP within tol_i of the exact one, whose magnitude is at most exact_i
+    (computed in float64 from n terms): exact_i (1 + (n + 4) 2**-52), that value's own float64
+    evaluation, plus tol_i."""
+    return exact * (1 + (n + 4) * 2.0**-52) + tol
+
+
+def autograd_vjp_bound(op, dtype, tol, out64, g, fwd64, exact_shape, shape):
+    """The VJP at the rounded forward output y_r against torch's FP64 autograd at x: tol (the VJP's
+    bound at y_r) plus how far the exact VJP moves between y_r and torch's float64 y64
+    (rounded_forward_effect), with |y_r - y64| <= half an ulp of dtype (y_r is the FP64 oracle's
+    forward rounded to dtype) + 2 fwd64 (the oracle's and torch's own FP64 errors, each within
+    the float64 forward bound fwd64: negligible below float64, the whole term for float64). A
+    -inf z rounds exactly (no term); an infinite term times an exact 0 propagates nothing.
+    exact_shape: the FP64 VJP's; shape: the target's (an expanded y: the term broadcast to it)."""
+    fwd64 = torch.nan_to_num(fwd64, nan=0.0)  # NaN where the forward is degenerate: no term
+    half_ulp = 0.5 * ulp(out64, dtype) + 2 * fwd64
+    half_ulp = torch.where(torch.isfinite(out64), half_ulp, 0.0)
+    extra = torch.nan_to_num(rounded_forward_effect(op, out64, g, half_ulp), nan=0.0)
+    extra = extra.reshape(exact_shape)
+    if tuple(shape) != tuple(extra.shape):
+        extra = extra.expand(shape)
+    return tol + extra
+
+
+def finite_difference_bound(op, dtype, tol, out, x, g, h, cols):
+    """A VJP at the rounded forward output against central differences (L(x + h e_j) - L(x - h e_j))
+    / 2h of L = sum(forward64(x) * g), at the columns cols: the VJP's tol, plus the effect of
+    rounding the forward output to dtype (rounded_forward_effect with half an ulp), plus the
+    truncation h^2/6 * 2 sum|g| (third derivatives of softmax are below 1 in total), plus the
+    roundoff of each FP64 evaluation of L, (log2 D + 8) 2**-53 sum_i |g_i| (|out_i| + |d_i| + 2)
+    (d = x - max x), over h."""
+    rnd = rounded_forward_effect(op, out, g, 0.5 * ulp(out, dtype))
+    sg = g.abs().sum(-1, keepdim=True)
+    d = x - x.max(-1, keepdim=True).values
+    l_err = (math.log2(x.shape[-1]) + 8) * 2.0**-53 * (g.abs() * (out.abs() + d.abs() + 2)).sum(-1, keepdim=True)
+    fd_err = h * h / 3 * sg + l_err / h
+    return (tol + rnd)[..., cols] + fd_err

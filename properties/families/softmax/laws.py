@@ -19,7 +19,6 @@ from ...truth import reference
 from ...invariants._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
 from ...invariants._registry import fail, invariant
 from . import bounds as B
-from .truth import rounded_forward_effect
 
 
 def softmax_family(op) -> bool:
@@ -93,14 +92,13 @@ def matches_oracle(case, target, strict=False):
 @invariant(normalized)
 def unit_row_sums(case, target):
     """sum_i y_i = 1 for every finite row of a normalized op (softmax), summed in FP64. Bound:
-    |sum(y) - 1| <= sum_i tol_i (each y_i is within tol_i of the oracle, whose row sums to 1
-    within D * 2**-53)."""
+    bounds.unit_row_sum_bound (each y_i is within tol_i of the oracle)."""
     (x,) = case.tensors(target.device)
     y = op_call(case, target, x).double()
     ref, tol = ref_tol(case, [x])
     rows = finite_rows(x) & torch.isfinite(ref).all(-1) if x.shape[-1] else finite_rows(x)
     err = (y.sum(-1) - 1).abs()
-    bound = tol.sum(-1) + x.shape[-1] * 2.0**-52
+    bound = B.unit_row_sum_bound(tol, x.shape[-1])
     bad = rows & ~(err <= bound)
     if x.shape[-1] and bool(bad.any()):
         i = worst(bad, err / bound)
@@ -142,20 +140,22 @@ def shift_invariance(case, target, strict=False):
     if case.spec.reduces:  # the output moves by c: lse(x + c) = lse(x) + c
         ref, tol = ref_tol(case, [x], returned=a.dtype)
         _, tol2 = ref_tol(case, [xs], returned=b.dtype)
-        tol = tol + tol2 + T.ulp(ref.abs() + abs(c), a.dtype)
+        tol = T.agree(tol, tol2, formed=ref.abs() + abs(c), dtype=a.dtype)
         assert_close(case, target, b.double() - c, a.double(), tol,
                      f"logsumexp(x + {c}) - {c} != logsumexp(x)", call, dtype=a.dtype)
     elif strict:
         assert_bitwise(case, target, b, a, f"{case.op}(x + {c}) != {case.op}(x)", call)
     else:
         _, tol = ref_tol(case, [x])
-        assert_close(case, target, b.double(), a.double(), 2 * tol, f"{case.op}(x + {c}) != {case.op}(x)", call)
+        assert_close(case, target, b.double(), a.double(), T.agree(tol, tol), f"{case.op}(x + {c}) != {case.op}(x)",
+                     call)
 
 
 @invariant(forward)
 def permutation_equivariance(case, target):
     """op(x[..., p]) == op(x)[..., p] (logsumexp: unchanged) for a reversal-and-rotation p of the
-    columns. Summation order may differ, so each side is held to its oracle bound: |a - b| <= 2 tol."""
+    columns. Summation order may differ, so each side is held to its oracle bound:
+    tolerances.agree(tol, tol)."""
     (x,) = case.tensors(target.device)
     D = x.shape[-1]
     assume(D >= 2)
@@ -165,7 +165,7 @@ def permutation_equivariance(case, target):
     ref, tol = ref_tol(case, [x], returned=b.dtype)
     if not case.spec.reduces:
         b, ref, tol = b[..., p], ref[..., p], tol[..., p]
-    assert_close(case, target, a.double(), b.double(), 2 * tol,
+    assert_close(case, target, a.double(), b.double(), T.agree(tol, tol),
                  "permuting the columns changed the result",
                  f"p = torch.roll(torch.arange({D - 1}, -1, -1, device=x.device), {D // 3})  # reversed, then rolled\n"
                  f"out = target.{case.op}(x[..., p])  # vs target.{case.op}(x)"
@@ -208,8 +208,8 @@ def constant_row_uniform(case, target):
            needs=("op:logsumexp",))
 def log_softmax_is_x_minus_logsumexp(case, target):
     """log_softmax(x) == x - logsumexp(x) (each from the target), within tol(log_softmax) +
-    tol(logsumexp) (at the dtype logsumexp returned) + rounding of the subtraction (u |x - lse|,
-    in float64 here)."""
+    tol(logsumexp) (at the dtype logsumexp returned) + rounding of the subtraction
+    (tolerances.agree)."""
     (x,) = case.tensors(target.device)
     assume(x.shape[-1] >= 1)
     z = run(target, "log_softmax", x).double()
@@ -218,7 +218,7 @@ def log_softmax_is_x_minus_logsumexp(case, target):
     lse = lse.double()
     rhs = x.double() - lse[..., None]
     _, tz = reference("log_softmax", case.dtype, [x])
-    tol = tz + tl_[..., None] + T.ulp(rhs, case.dtype)
+    tol = T.agree(tz, tl_[..., None], formed=rhs, dtype=case.dtype)
     rows = finite_rows(x)
     rhs = torch.where(rows[..., None], rhs, z)  # edge rows are the oracle invariant's business
     assert_close(case, target, z, rhs, tol,
@@ -227,16 +227,15 @@ def log_softmax_is_x_minus_logsumexp(case, target):
 
 @invariant(named("log_softmax"), needs=("op:softmax",))
 def exp_log_softmax_is_softmax(case, target):
-    """exp(log_softmax(x)) == softmax(x), within tol(softmax) + exp(z) * tol(log_softmax) * (1 + tol)
-    (the first-order effect of z's error through exp)."""
+    """exp(log_softmax(x)) == softmax(x), within tol(softmax) + z's error through exp
+    (bounds.exp_log_softmax_bound)."""
     (x,) = case.tensors(target.device)
     z = run(target, "log_softmax", x).double()
     y = run(target, "softmax", x).double()
     _, tz = reference("log_softmax", case.dtype, [x])
     _, ty = reference("softmax", case.dtype, [x])
     ez = torch.exp(z)
-    tol = ty + ez * torch.expm1(tz.clamp_max(700))
-    tol = torch.nan_to_num(tol, nan=math.inf)
+    tol = B.exp_log_softmax_bound(ty, ez, tz)
     assert_close(case, target, ez, y, tol, "exp(log_softmax(x)) != softmax(x)",
                  "out = target.log_softmax(x).double().exp()  # vs target.softmax(x)")
 
@@ -248,7 +247,7 @@ def exp_log_softmax_is_softmax(case, target):
 def vjp_rows_sum_to_zero(case, target):
     """The VJP of a shift-invariant map sums to zero over each row. With the given (rounded) y:
     sum(dx) = dot * (1 - sum(y)) exactly (softmax); sum(dz) * (1 - sum(exp z)) (log_softmax).
-    Bound: that term (computed in FP64) + sum_i tol_i. Rows with non-finite inputs, or whose
+    Bound: bounds.vjp_row_sum_bound (sum_i tol_i and the FP64 sums'). Rows with non-finite inputs, or whose
     exact VJP overflows the dtype, are left to matches_oracle; so are rows beyond ordinary
     magnitude (tolerances.vjp_in_range, the strict tier's)."""
     a, g = case.tensors(target.device)
@@ -267,7 +266,7 @@ def vjp_rows_sum_to_zero(case, target):
     fits = (ref.abs() <= torch.finfo(case.dtype).max).all(-1)
     rows = finite_rows(a) & finite_rows(g) & fits & B.vjp_in_range(case.op, a64, g64, case.dtype)
     total = (dx / s).sum(-1)
-    bound = (tol / s).sum(-1) + 4 * a.shape[-1] * 2.0**-53 * ((ref / s).abs().sum(-1) + expected.abs())
+    bound = B.vjp_row_sum_bound(tol / s, ref / s, expected, a.shape[-1])
     bad = rows & ~((total - expected).abs() <= bound)
     if a.shape[-1] and bool(bad.any()):
         i = worst(bad, (total - expected).abs() / bound)
@@ -285,7 +284,7 @@ def softmax_vjp_within_cotangent_spread(case, target):
     Unlike matches_oracle, the law does not rest on the FP64 oracle's value: at y = [1, 0],
     dy = [-max, max] (float64) a kernel and an oracle that both form 0 * inf read NaN alike. In
     units of s, the power of two above max|g| (no float64 overflow); the bound is evaluated in
-    float64, with a relative slack of (D + 4) 2**-52 for that. Rows with non-finite inputs are left
+    float64 (bounds.cotangent_spread_bound). Rows with non-finite inputs are left
     to matches_oracle, rows beyond ordinary magnitude (tolerances.vjp_in_range) to
     matches_oracle_strict."""
     a, g = case.tensors(target.device)
@@ -299,7 +298,7 @@ def softmax_vjp_within_cotangent_spread(case, target):
     gs = g64 / s
     spread = gs.amax(-1, keepdim=True) - gs.amin(-1, keepdim=True)
     exact = y.abs() * (y.abs().sum(-1, keepdim=True) * spread + (1 - y.sum(-1, keepdim=True)).abs() * gs.abs())
-    bound = exact * (1 + (n + 4) * 2.0**-52) + tol / s
+    bound = B.cotangent_spread_bound(exact, tol / s, n)
     rows = finite_rows(a) & finite_rows(g) & B.vjp_in_range(case.op, y, g64, case.dtype)
     bad = rows[..., None] & ~((dx / s).abs() <= bound)
     if bool(bad.any()):
@@ -312,10 +311,7 @@ def softmax_vjp_within_cotangent_spread(case, target):
 @invariant(vjp, families=("moderate", "grid", "one_hot", "constant", "neg_inf_blocks", "huge"))
 def vjp_matches_fp64_autograd(case, target):
     """VJP(y_r, g) == torch FP64 autograd of the forward at x, where y_r is the forward rounded to
-    dtype. Bound: tol(VJP at y_r) + the effect of rounding y (truth.rounded_forward_effect), with
-    |dy_j| <= half an ulp of dtype + twice the
-    float64 forward bound (y_r and torch's y64 are each an FP64 forward: for float64 inputs, the
-    difference of two FP64 forwards, up to a few ulps, is the whole term)."""
+    dtype. Bound: tol(VJP at y_r) + the effect of rounding y (bounds.autograd_vjp_bound)."""
     x = case.inputs[0].values(target.device).double().requires_grad_(True)
     assume(x.shape[-1] >= 1 and bool(torch.isfinite(x).all()))
     a, g = case.tensors(target.device)
@@ -328,30 +324,20 @@ def vjp_matches_fp64_autograd(case, target):
     # reference is not the exact VJP, and matches_oracle (scaled) is the check that applies
     assume(bool(torch.isfinite(auto).all()))
     _, tol = ref_tol(case, [a, g])
-    # |y_r - y64|: y_r is the FP64 oracle's forward rounded to dtype (half an ulp of dtype plus the
-    # oracle's own FP64 error), y64 torch's FP64 forward (its own FP64 error); each FP64 error
-    # within the float64 forward bound. Negligible below float64; for float64 it is the whole term.
     _, fwd64 = reference(case.spec.forward, torch.float64, [x.detach()])
-    fwd64 = torch.nan_to_num(fwd64, nan=0.0)  # NaN where the forward is degenerate: no term, as before
-    half_ulp = 0.5 * T.ulp(out64.detach(), case.dtype) + 2 * fwd64
-    half_ulp = torch.where(torch.isfinite(out64.detach()), half_ulp, 0.0)  # -inf z rounds exactly
-    extra = rounded_forward_effect(case.op, out64.detach(), g_log, half_ulp)
-    # an infinite term (z = -finfo.max) times an exact 0 (exp(z), or a zero sum) propagates nothing
-    extra = torch.nan_to_num(extra, nan=0.0).reshape(auto.shape)
+    bound = B.autograd_vjp_bound(case.op, case.dtype, tol, out64.detach(), g_log, fwd64, auto.shape, a.shape)
     if a.shape != auto.shape:  # expanded layout on y: compare against the broadcast
         auto = auto.expand(a.shape)
-        extra = extra.expand(a.shape)
     rows = B.vjp_in_range(case.op, a.double(), g.double(), case.dtype)  # beyond: matches_oracle_strict
-    assert_close(case, target, dx, auto.detach(), tol + extra,
+    assert_close(case, target, dx, auto.detach(), bound,
                  "VJP differs from FP64 autograd", only=rows[..., None])
 
 
 @invariant(vjp, families=("moderate", "grid", "one_hot", "constant"), max_cols=16)
 def vjp_matches_finite_differences(case, target):
     """VJP(y_r, g)_j == (L(x + h e_j) - L(x - h e_j)) / 2h, L = sum(forward64(x) * g), h = 1e-5.
-    Bound: VJP tolerance + rounding-of-y effect (as for autograd) + truncation
-    h^2/6 * 2 sum|g| (third derivatives of softmax are below 1 in total) + roundoff: the error of
-    each FP64 evaluation of L, (log2 D + 8) 2**-53 sum_i |g_i| (|out_i| + |d_i| + 2), over h."""
+    Bound: VJP tolerance + rounding-of-y effect + truncation + roundoff
+    (bounds.finite_difference_bound)."""
     xv = case.inputs[0].values(target.device).double()
     assume(xv.numel() >= 1 and bool(torch.isfinite(xv).all()) and float(xv.abs().max()) < 1e4)
     a, g = case.tensors(target.device)
@@ -362,15 +348,7 @@ def vjp_matches_finite_differences(case, target):
     cols = sorted({0, xv.shape[-1] // 2, xv.shape[-1] - 1})
     fd = oracles.fd_grad(fwd, xv, g_log, cols)
     _, tol = ref_tol(case, [a, g])
-    h = 1e-5
-    sg = g_log.abs().sum(-1, keepdim=True)
-    out = fwd(xv)
-    rnd = rounded_forward_effect(case.op, out, g_log, 0.5 * T.ulp(out, case.dtype))
-    # each L(x +- h e_j) is off by at most (log2 D + 8) u sum_i |g_i| (|out_i| + |d_i| + 2) in FP64
-    d = xv - xv.max(-1, keepdim=True).values
-    l_err = (math.log2(xv.shape[-1]) + 8) * 2.0**-53 * (g_log.abs() * (fwd(xv).abs() + d.abs() + 2)).sum(-1, keepdim=True)
-    fd_err = h * h / 3 * sg + l_err / h
-    bound = (tol + rnd)[..., cols] + fd_err
+    bound = B.finite_difference_bound(case.op, case.dtype, tol, fwd(xv), xv, g_log, 1e-5, cols)
     assert_close(case, target, dx[..., cols], fd, bound,
                  f"VJP differs from central differences at columns {cols}")
 

@@ -10,7 +10,7 @@ import torch
 from softmax_properties import oracles
 
 from ... import tolerances as T
-from ...spec import Expected, Truth, lookup, lse_dtype, vjp_of
+from ...spec import Expected, Truth, lse_dtype, vjp_of
 from ...truth import reference, returned_bound
 from . import bounds as B
 
@@ -96,20 +96,6 @@ def logits_truth(case, args, strict=False) -> Truth:
     return Truth((Expected("out", ref, tol, out_dtype, None if rows is None else rows[..., None], also=also),))
 
 
-def rounded_forward_effect(op, out, g, du):
-    """How far the exact VJP at the rounded forward output (y_r = y + dy, or z_r = z + dz, with
-    |dy_i| <= du_i) can be from the VJP at the exact one, for the cotangent g.
-    softmax: y_r (g - dot_r) - y (g - dot) = dy (g - dot) - (y + dy) ddot, ddot = sum_j dy_j g_j,
-    so the bound is du |g - dot| + (y + du) S with S = sum_j du_j |g_j|. (The second-order part,
-    du S, matters where y_i is a 16-bit subnormal: its rounding is then as large as y_i itself.)
-    log_softmax: (exp(z_r) - exp(z)) sum g, at most exp(z) expm1(du) |sum g|."""
-    if lookup(op).forward == "softmax":
-        dot = (out * g).sum(-1, keepdim=True)
-        S = (du * g.abs()).sum(-1, keepdim=True)
-        return du * (g - dot).abs() + (out + du) * S
-    return torch.exp(out) * torch.expm1(du) * g.sum(-1, keepdim=True).abs()
-
-
 def normalized_grad_truth(case, args, g, y):
     """grad_truth of softmax and log_softmax: the FP64 autograd VJP of torch's float64 op at x =
     args[0] (the spec's torch_ref) for the cotangent g, and its bound: the explicit VJP's bound at
@@ -129,7 +115,7 @@ def normalized_grad_truth(case, args, g, y):
     _, fwd64 = reference(case.op, torch.float64, [x.detach()])
     y64 = out64.detach()
     du = torch.where(torch.isfinite(y64), tol_f + 2 * torch.nan_to_num(fwd64, nan=0.0), 0.0)
-    extra = torch.nan_to_num(rounded_forward_effect(vjp, y64, g.double(), du), nan=0.0)
+    extra = torch.nan_to_num(B.rounded_forward_effect(vjp, y64, g.double(), du), nan=0.0)
     return ref, tol + extra, None
 
 
