@@ -1,5 +1,6 @@
 """What the laws share: calling the target (refusals discard an example), comparing an output with
-its truth or with another output, poisoned allocations, and the run's error statistics."""
+its truth or with another output, poisoned allocations, and the error statistics of the check
+(kept in its record: properties/record.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -9,42 +10,9 @@ import hypothesis
 import torch
 from hypothesis import reject
 
-from .. import tolerances as T
+from .. import record, tolerances as T
 from ..failures import WrongOutput
 from ._registry import fail
-
-# (op, dtype) -> {statistic: largest value}: the oracle laws' error as a fraction of each tier's
-# bound, in ulps of the reference, and torch's own error on the same inputs (plugin summary)
-WORST_ULP: dict = {}
-
-
-class _Refusals:
-    """The target's refusals within one test: how many, and the first one's message, so a test
-    whose every example the target refused is skipped with the target's own reason."""
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self):
-        self.count, self.first = 0, None
-
-    def add(self, e: BaseException):
-        self.add_message(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-
-    def add_message(self, message: str):
-        """A refusal described by its message (one made in the isolation worker)."""
-        self.count += 1
-        if self.first is None and message:
-            self.first = message
-
-    def describe(self) -> str:
-        if not self.count:
-            return "the target refused none"
-        return f"the target refused {self.count} example(s), the first with {self.first}"
-
-
-refusals = _Refusals()
-
 
 # ----------------------------------------------------------------------------------------------
 # calling the target
@@ -54,7 +22,7 @@ def run(target, op, *tensors, **kw):
     try:
         return target.call(op, *tensors, **kw)
     except target.refusals as e:
-        refusals.add(e)
+        record.refused(e)
         reject()
 
 
@@ -241,14 +209,6 @@ def check_oracle(case, target, poisoned=False, strict=False):
 # ----------------------------------------------------------------------------------------------
 # the run's error statistics (the plugin's summary)
 # ----------------------------------------------------------------------------------------------
-def record_worst(op, dtype, **stats):
-    """Keep the largest value of each statistic per (op, dtype) for the run's summary."""
-    d = WORST_ULP.setdefault((op, str(dtype).replace("torch.", "")), {})
-    for k, v in stats.items():
-        if v == v:  # not NaN
-            d[k] = max(d.get(k, 0.0), float(v))
-
-
 def record_error(case, target, args, out, truth):
     """Feed the run's summary with the first output's error: as a fraction of the default and
     strict bounds, in ulps of the reference, and torch's own error on the same inputs as a
@@ -277,7 +237,7 @@ def record_error(case, target, args, out, truth):
                     stats["torch"] = ((t_out - e.ref).abs()[t_fin] / e.tol[t_fin].clamp_min(1e-300)).max().item()
             except Exception:  # torch does not offer this case (e.g. a dtype on this device): no figure
                 pass
-    record_worst(case.op, case.dtype, **stats)
+    record.record_worst(case.op, case.dtype, **stats)
     try:  # steer the search towards the worst case; only valid inside a @given test
         hypothesis.target(frac, label=f"bound used {case.op} {str(case.dtype).replace('torch.', '')}")
     except hypothesis.errors.InvalidArgument:

@@ -12,7 +12,8 @@ from hypothesis import assume, reject
 from softmax_properties import oracles
 
 from ... import tolerances as T
-from ...failures import WrongOutput, accept_context_loss, device_assert
+from ...failures import WrongOutput, device_assert
+from ...record import accept_context_loss
 from ...strategies import GRID_SHIFT
 from ...truth import reference
 from ...invariants._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
