@@ -37,14 +37,14 @@ def lse_dtype(dtype: torch.dtype) -> torch.dtype:
 def lse_or_input_dtype(dtype: torch.dtype) -> tuple:
     """The dtypes the default tier accepts for logsumexp's output: the contract's lse_dtype, or the
     input's own, which torch.logsumexp returns (a bfloat16 lse of bfloat16 logits). Either is a
-    legitimate convention; the values are judged at the precision returned (truth.reference's
+    legitimate convention; the values are judged at the precision returned (truth.truth_at's
     returned=), so an lse rounded to 16 bits carries that rounding and no more. The strict tier
     keeps lse_dtype: a 16-bit lse loses the precision a following merge needs."""
     return tuple(dict.fromkeys((lse_dtype(dtype), dtype)))
 
 
 @dataclass(frozen=True)
-class Expected:
+class OutputTruth:
     """One output of an op as the FP64 truth has it: ``ref`` and the elementwise bound ``tol``
     (float64), the output's ``dtype``, the elements the tier judges (``only``, a bool mask
     broadcast to ``ref``; None: all), how a report names it and what a mismatch means; ``also``:
@@ -63,7 +63,7 @@ class Expected:
         """Every dtype the tier accepts for this output, its own first."""
         return (self.dtype,) + tuple(d for d, _ in self.also)
 
-    def returned_as(self, dtype: torch.dtype) -> "Expected":
+    def returned_as(self, dtype: torch.dtype) -> "OutputTruth":
         """This output as judged when the target returned it in dtype: itself for its own dtype
         (or one the tier does not accept: the structure check reports that), else with the
         dtype and bound that ``also`` gives for it."""
@@ -75,12 +75,12 @@ class Expected:
 
 @dataclass(frozen=True)
 class Truth:
-    """The FP64 truth of a call: one Expected per output, in the order the op returns them (a
+    """The FP64 truth of a call: one OutputTruth per output, in the order the op returns them (a
     single tensor, or a tuple such as a merge's (x, lse))."""
 
     outputs: tuple
 
-    def __getitem__(self, i) -> Expected:
+    def __getitem__(self, i) -> OutputTruth:
         return self.outputs[i]
 
 
@@ -100,9 +100,10 @@ class OpSpec:
       **options)``: the plugin checks its signature before any test runs.
     Meaning
       oracle: the FP64 function the op computes (float64 tensors in, float64 out; options as
-      keywords). truth(case, args, strict=False) -> Truth: the reference of every output at these
-      (laid-out) arguments and the bound a correct kernel meets (strict: the strict tier's bound).
-      reference(dtype, args, depth, **options) -> (ref, tol): for single-output ops of the
+      keywords); what it gives is the FP64 truth. truth(case, args, strict=False) -> Truth: the
+      truth of every output at these (laid-out) arguments and the bound a correct kernel meets
+      (strict: the strict tier's bound). truth_at(dtype, args, depth, **options) -> (ref, tol):
+      the truth ``ref`` and its bound, for single-output ops of the
       softmax family, the same at a given reduction-depth model (tolerances.depth_any / depth),
       which laws also ask of other ops (log_softmax's laws ask logsumexp's).
       out_dtype: the output dtype from the input dtype. default_out_dtypes: every output dtype
@@ -137,7 +138,7 @@ class OpSpec:
     truth: Callable
     cases: Callable
     many_rows: Optional[Callable] = None
-    reference: Optional[Callable] = None
+    truth_at: Optional[Callable] = None
     out_dtype: Callable = same_dtype
     default_out_dtypes: Optional[Callable] = None
     reduces: bool = False

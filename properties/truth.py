@@ -1,21 +1,21 @@
-"""What every family's truth shares: the FP64 reference and bound of a single-output op at given
+"""What every family's truth shares: the FP64 truth and bound of a single-output op at given
 arguments, asked of its spec (laws of one op also ask another op's, as log_softmax's ask
 logsumexp's), and the bound of an output returned in another dtype the tier accepts. Each
 family's own truth is in properties/families/<family>/truth.py."""
 from __future__ import annotations
 
-from . import tolerances as T
+from . import tolerances
 from .spec import lookup
 
 
-def reference(op: str, dtype, args, depth=T.depth_any, returned=None, **options):
-    """(reference, tolerance) in float64 for a single-output op of the softmax family at the given
-    (laid-out) arguments. depth: the reduction-depth model of the bound (tolerances.depth_any, the
+def truth_at(op: str, dtype, args, depth=tolerances.depth_any, returned=None, **options):
+    """(truth, bound) in float64 of a single-output op of the softmax family (its spec's truth_at)
+    at the given (laid-out) arguments. depth: the reduction-depth model of the bound (tolerances.depth_any, the
     default tier's any summation order, or tolerances.depth, the strict tier's). returned: the
     dtype the target returned the output in (returned_bound). options: the case's keyword
     options, for ops that take any."""
     spec = lookup(op)
-    ref, tol = spec.reference(dtype, args, depth, **options)
+    ref, tol = spec.truth_at(dtype, args, depth, **options)
     return ref, returned_bound(spec, dtype, ref, tol, returned)
 
 
@@ -29,4 +29,4 @@ def returned_bound(spec, dtype, ref, tol, returned):
     if (returned is None or returned == spec.out_dtype(dtype) or spec.default_out_dtypes is None
             or returned not in spec.default_out_dtypes(dtype)):
         return tol
-    return T.rerounded(tol, ref, returned)
+    return tolerances.rerounded(tol, ref, returned)

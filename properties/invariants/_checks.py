@@ -10,7 +10,7 @@ import hypothesis
 import torch
 from hypothesis import reject
 
-from .. import record, tolerances as T
+from .. import record, tolerances
 from ..failures import WrongOutput
 from ._registry import fail
 
@@ -131,14 +131,15 @@ def assert_close(case, target, out, ref, tol, what, call=None, only=None, dtype=
     """out within tol of ref (tolerances.compare) for an output of dtype (default: the op's output
     dtype); only: a bool mask (broadcast to ref) of the elements the law covers, None for all."""
     tol = torch.nan_to_num(tol, nan=0.0)  # compare's reading of a NaN bound, so the report shows it
-    bad = T.compare(out, ref, tol, dtype or case.spec.out_dtype(case.dtype))
+    bad = tolerances.compare(out, ref, tol, dtype or case.spec.out_dtype(case.dtype))
     if only is not None:
         bad = bad & only
     if bool(bad.any()):
         i = worst(bad, (out.double() - ref).abs() / tol.clamp_min(1e-300))
         of = "" if out_name == "out" else f" of {out_name}"
         fail(case, target, f"{what}: {int(bad.sum())} of {bad.numel()} elements{of} out of bounds "
-             f"(worst: {T.mismatch(out[i], ref[i], tol[i])})", i, ref[i], out[i], tol[i], call, out_name=out_name)
+             f"(worst: {tolerances.mismatch(out[i], ref[i], tol[i])})", i, ref[i], out[i], tol[i], call,
+             out_name=out_name)
 
 
 def assert_bitwise(case, target, a, b, what, call=None, out_name="out"):
@@ -177,7 +178,7 @@ def assert_structure(case, target, out, want, what, call=None):
 
 def expect_outputs(case, target, out, truth, what="outputs", call=None):
     """out has the outputs truth describes: their number, shapes, dtypes (any the tier accepts:
-    Expected.dtypes) and device."""
+    OutputTruth.dtypes) and device."""
     assert_structure(case, target, out, [(e.name, e.ref.shape, e.dtypes if e.also else e.dtype, e.ref.device)
                                          for e in truth.outputs], what, call)
 
@@ -224,7 +225,7 @@ def record_error(case, target, args, out, truth):
         return
     err = (got.double() - e.ref).abs()[fin]
     frac = (err / e.tol[fin].clamp_min(1e-300)).max().item()
-    stats = dict(default=frac, ulps=(err / T.ulp(e.ref[fin], e.dtype)).max().item())
+    stats = dict(default=frac, ulps=(err / tolerances.ulp(e.ref[fin], e.dtype)).max().item())
     spec = case.spec
     if args is not None:
         tol_s = spec.truth(case, args, strict=True).outputs[0].tol

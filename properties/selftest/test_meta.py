@@ -64,7 +64,7 @@ def test_fp64_oracle_sums_meet_the_depth_contract(summed_by, monkeypatch):
     of depth 12 at most 12 u. softmax_bound's oracle share for y_0 (d_0 = 0, H ~ 0) is
     (depth(D) + 10) u = 41 u. Under `one_chain` the check must fail: it can."""
     from softmax_properties.oracles import reference
-    from .. import tolerances as T
+    from .. import tolerances
     if summed_by == "one_chain":
         monkeypatch.setattr(reference, "row_sum", _one_chain_sum)
     n = 4096
@@ -73,8 +73,8 @@ def test_fp64_oracle_sums_meet_the_depth_contract(summed_by, monkeypatch):
     x[:, 0] = c
     y0 = oracles.softmax(x.t().contiguous().t())[0, 0].item()  # the layout of the GPU's failing case
     exact = oracles.mp_softmax([c] + [0.0] * (n - 1))[0]
-    within = abs(y0 - exact) <= exact * T.U_ORACLE * (T.depth(n) + 10)
-    assert within == (summed_by == "row_sum"), (summed_by, (y0 - exact) / exact / T.U_ORACLE)
+    within = abs(y0 - exact) <= exact * tolerances.U_ORACLE * (tolerances.depth(n) + 10)
+    assert within == (summed_by == "row_sum"), (summed_by, (y0 - exact) / exact / tolerances.U_ORACLE)
 
 
 def _agrees(a, b, *, zero_signs: bool = False, atol: float = 0.0, ulps: int = 0) -> bool:
@@ -678,8 +678,8 @@ def test_lsm_bwd_bound_when_the_sum_of_abs_dz_overflows():
     directly, the bound's oracle term depth * u * sum |dz| reads NaN (inf times 0), a half-ulp
     tolerance; the bound forms it in units of 2**64."""
     from fractions import Fraction
-    from ..truth import reference as truth
-    from .. import tolerances as T
+    from ..truth import truth_at as truth
+    from .. import tolerances
     z = S.Logits(1, 255, "float64", ("const", 0.0), (), "moderate").values()
     dz = S.Logits(1, 255, "float64", ("normal", 0, 2.2471164185778946e+307), (), "huge").values()
     total = sum(Fraction(float(v)) for v in dz[0])
@@ -688,7 +688,7 @@ def test_lsm_bwd_bound_when_the_sum_of_abs_dz_overflows():
     assert bool(torch.isfinite(tol).all())
     assert bool(((ref - exact).abs() <= tol).all()), "the bound must cover the oracle's own error"
     out = kernels.log_softmax_backward(z.to(DEV), dz.to(DEV)).cpu()
-    assert not bool(T.compare(out, ref, tol, torch.float64).any())
+    assert not bool(tolerances.compare(out, ref, tol, torch.float64).any())
 
 
 _SPECIAL_X = [-math.inf, -300.0, -150.0, -100.0, -70.0, -1.0, 0.0, 1.0, 88.0, math.inf, math.nan]
@@ -706,8 +706,8 @@ def test_vjp_special_value_grid(op, dtype):
     finite dy has a finite VJP, checked apart from the oracle: dx_i = y_i sum_j y_j (g_i - g_j), so
     |dx_i| <= 2 y_i (1 - y_i) max|g| <= max|g| / 2 (y = [1, 0], dy = [-max, max] in float64 is
     where the naive y * (g - sum) reads 0 * inf = NaN, in a kernel and an oracle alike)."""
-    from ..truth import reference as truth
-    from .. import tolerances as T
+    from ..truth import truth_at as truth
+    from .. import tolerances
     xs = torch.tensor([[a, b] for a in _SPECIAL_X for b in _SPECIAL_X], dtype=torch.float64)
     gs = torch.tensor([[a, b] for a in _SPECIAL_G for b in _SPECIAL_G], dtype=torch.float64)
     x = xs.repeat_interleave(len(gs), 0)
@@ -723,7 +723,7 @@ def test_vjp_special_value_grid(op, dtype):
             assert not bool(nonfinite.any()), (f"{name}: a non-finite VJP of a finite row, first "
                                                f"y={a[nonfinite][0].tolist()} dy={g[nonfinite][0].tolist()} "
                                                f"dx={v[nonfinite][0].tolist()}")
-    bad = T.compare(out, ref, T.total_tolerance(tol, ref, dtype, dtype), dtype)
+    bad = tolerances.compare(out, ref, tolerances.total_tolerance(tol, ref, dtype, dtype), dtype)
     if bool(bad.any()):
         i = int(bad.any(-1).nonzero()[0])
         pytest.fail(f"{int(bad.any(-1).sum())} rows differ; first: a={a[i].tolist()} g={g[i].tolist()} "

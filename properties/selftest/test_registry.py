@@ -62,10 +62,10 @@ def toy_oracle(x, temperature=1.0):
     return oracles.softmax(x.double() / temperature)
 
 
-def toy_reference(dtype, args, depth, temperature=1.0):
+def toy_truth_at(dtype, args, depth, temperature=1.0):
     """softmax's bound at the scaled logits x / T: a kernel that divides by a power of two T does
     so exactly (in float64 here), so softmax's error analysis holds for x / T as it stands."""
-    return truth.softmax_reference(dtype, [args[0].double() / temperature], depth)
+    return truth.softmax_truth_at(dtype, [args[0].double() / temperature], depth)
 
 
 def torch_softmax_t(x, dim=-1, temperature=1.0):
@@ -74,7 +74,7 @@ def torch_softmax_t(x, dim=-1, temperature=1.0):
 
 TOY = OpSpec(
     name="softmax_t", family="softmax", args=("x",), oracle=toy_oracle, truth=truth.logits_truth, cases=draw_toy,
-    many_rows=draw_toy_many_rows, reference=toy_reference, differentiable=True, has_dim=True,
+    many_rows=draw_toy_many_rows, truth_at=toy_truth_at, differentiable=True, has_dim=True,
     out_range=(0.0, 1.0), normalized=True, torch_ref=torch_softmax_t,
     semantics=(("temperature 2 halves the logits", (torch.tensor([[0.0, math.log(9)]], dtype=torch.float64),),
                 {"temperature": 2.0}, (torch.tensor([[0.25, 0.75]], dtype=torch.float64),)),

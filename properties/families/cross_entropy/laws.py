@@ -11,11 +11,12 @@ from hypothesis import assume, reject
 
 from softmax_properties import oracles
 
-from ... import tolerances as T
+from ... import tolerances
+from ...tolerances import agree
 from ...failures import WrongOutput, device_assert
 from ...record import accept_context_loss
 from ...strategies import GRID_SHIFT
-from ...truth import reference
+from ...truth import truth_at
 from ...invariants._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
 from ...invariants._registry import fail, invariant
 from . import bounds as B
@@ -77,14 +78,14 @@ def ce_loss_is_lse_minus_target_logit(case, target):
     assume(x[..., 0].numel() >= 1)
     loss = op_call(case, target, x, t, reduction="none", label_smoothing=0.0).double()
     lse = run(target, "logsumexp", x) if target.has("logsumexp") else oracles.logsumexp(x)
-    _, tol_lse = reference("logsumexp", case.dtype, [x], returned=lse.dtype)
+    _, tol_lse = truth_at("logsumexp", case.dtype, [x], returned=lse.dtype)
     lse = lse.double()
     ign = t == case.ignore_index
     tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
     xt = torch.gather(x.double(), -1, tc[..., None])[..., 0]
     rhs = lse - xt
     _, tol_ce = ce_truth(case, [x, t], reduction="none", label_smoothing=0.0)
-    tol = T.agree(tol_ce, tol_lse, formed=rhs.abs(), dtype=case.dtype)
+    tol = agree(tol_ce, tol_lse, formed=rhs.abs(), dtype=case.dtype)
     rows = ~ign & finite_rows(x)
     assume(bool(rows.any()))
     rhs = torch.where(rows, rhs, loss)  # other rows: ce_matches_oracle's business
@@ -212,7 +213,7 @@ def ce_gradient_linear_in_dloss(case, target, strict=False):
     if strict:
         assert_bitwise(case, target, c, a, "dloss's layout changed the gradient", call=layout_call)
     else:
-        assert_close(case, target, c, a.double(), T.agree(tol, tol), "dloss's layout changed the gradient", layout_call)
+        assert_close(case, target, c, a.double(), agree(tol, tol), "dloss's layout changed the gradient", layout_call)
     tiny, big = torch.finfo(case.dtype).tiny, torch.finfo(case.dtype).max
     for f in (4.0, -1.0):
         dlf = _same_layout(dl, f)
@@ -223,7 +224,7 @@ def ce_gradient_linear_in_dloss(case, target, strict=False):
         fcall = call.format(op=case.op, arg=scaled, vs=f"{f} * target.{case.op}(logits, labels, dloss)")
         if not strict:
             _, tol_f = ce_truth(case, [x, t, dlf])
-            assert_close(case, target, b, want, T.agree(tol_f, tol, scale=f), f"dx({f} * dloss) != {f} * dx(dloss)",
+            assert_close(case, target, b, want, agree(tol_f, tol, scale=f), f"dx({f} * dloss) != {f} * dx(dloss)",
                          fcall)
             continue
         # a above the smallest normal (a == tiny may be a subnormal rounded up on the coarser
@@ -239,7 +240,7 @@ def ce_gradient_linear_in_dloss(case, target, strict=False):
 def ce_shift_invariance(case, target):
     """loss(x + c) == loss(x) and dx(x + c) == dx(x) for grid logits and an exact shift c (37.25,
     bfloat16 37; strategies.GRID_SHIFT): the exact values are equal, so each side is held to its
-    own oracle bound: tolerances.agree(tol(x), tol(x + c))."""
+    own oracle bound: agree(tol(x), tol(x + c))."""
     args = case.tensors(target.device)
     x = args[0]
     c = GRID_SHIFT.get(case.dtype, 37.25)
@@ -250,7 +251,7 @@ def ce_shift_invariance(case, target):
     b = op_call(case, target, xs, *args[1:])
     _, ta = ce_truth(case, args)
     _, tb = ce_truth(case, [xs] + list(args[1:]))
-    assert_close(case, target, b, a.double(), T.agree(ta, tb), f"shifting the logits by {c} changed the result",
+    assert_close(case, target, b, a.double(), agree(ta, tb), f"shifting the logits by {c} changed the result",
                  f"logits = (logits.double() + {c}).to(logits.dtype)  # exact: grid values\n"
                  f"{case.call_code()}  # vs the same on the unshifted logits")
 
@@ -266,7 +267,7 @@ def ce_confident_bf16_rows_keep_gradient(case, target):
     ign = t == case.ignore_index
     # the strict bound (the tree depth, no allowance for dtype-rounded log-probabilities): the law is
     # that the target column keeps 1 - p_t, which that allowance would not resolve
-    ref, tol = ce_truth(case, [x, t, dl], depth=T.depth, strict=True)
+    ref, tol = ce_truth(case, [x, t, dl], depth=tolerances.depth, strict=True)
     tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
     rt = torch.gather(ref, -1, tc[..., None])[..., 0]
     tt = torch.gather(tol, -1, tc[..., None])[..., 0]

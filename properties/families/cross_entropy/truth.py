@@ -9,15 +9,15 @@ import torch
 
 from softmax_properties import oracles
 
-from ... import tolerances as T
-from ...spec import Expected, Truth, lse_dtype, vjp_of
+from ... import tolerances
+from ...spec import OutputTruth, Truth, lse_dtype, vjp_of
 from . import bounds as B
 
 
 # ----------------------------------------------------------------------------------------------
 # cross-entropy (CECase: logits, class-index targets, options, and for the backward dloss)
 # ----------------------------------------------------------------------------------------------
-def ce_truth(case, args, reduction=None, label_smoothing=None, depth=T.depth_any, strict=False):
+def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.depth_any, strict=False):
     """(reference, tolerance) in float64 for a CECase at the given (laid-out) tensors; the
     reduction and smoothing may be overridden (the forward only); depth: the reduction-depth
     model (tolerances.depth_any: default tier; tolerances.depth: strict). Not strict, the
@@ -61,21 +61,22 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=T.depth_any
         # the sum over rows: strict, the project's float64 sum of its float64 row losses; default,
         # any order at the compute precision (depth_any of the row count: a float32 split
         # reduction over 65535 rows of loss log 2 errs by about 86 u, within depth_any's 65535 u)
-        u_rows = None if strict else T.TABLE[case.dtype].u_c * T.depth_any(n_rows)
+        u_rows = None if strict else tolerances.TABLE[case.dtype].u_c * tolerances.depth_any(n_rows)
         eps_out = B.ce_reduced_bound(row_eps, rows_abs, n_rows, count, red, u_rows)
         if not strict and red != "none" and eps > 0:
-            extra = 2 * T.ulp(rows_abs.sum().reshape(()), case.dtype)
+            extra = 2 * tolerances.ulp(rows_abs.sum().reshape(()), case.dtype)
             eps_out = eps_out + (extra / count if red == "mean" else extra)
-        return ref, T.total_tolerance(eps_out, ref, case.dtype, case.dtype)
+        return ref, tolerances.total_tolerance(eps_out, ref, case.dtype, case.dtype)
     dl = args[2]
     ref = oracles.ce.cross_entropy_backward(x64, t, dl, ign_idx, red, eps)
     scale = oracles.ce.grad_scale(t, dl, ign_idx, red)
     hot = torch.zeros_like(y).scatter_(-1, tc[..., None], 1.0)
     g0 = y - (1 - eps) * hot - eps / V
-    lse_err = tuple(B.ce_lse_error(u, lse, H, dep, logs) for u in (T.TABLE[case.dtype].u_c, T.U_ORACLE))
+    units = (tolerances.TABLE[case.dtype].u_c, tolerances.U_ORACLE)
+    lse_err = tuple(B.ce_lse_error(u, lse, H, dep, logs) for u in units)
     eps_g = B.ce_grad_bound(case.dtype, y, x64, lse_err, lse, g0, scale, hot, eps, V)
     if not strict:
-        u = 2.0 ** -T.TABLE[case.dtype].precision
+        u = 2.0 ** -tolerances.TABLE[case.dtype].precision
         zabs = torch.where(y > 0, (x64 - lse[..., None]).abs(), 0.0)
         rnd = y * torch.expm1(u * zabs) * scale.abs()[..., None]
         eps_g = eps_g + torch.nan_to_num(rnd, nan=0.0)
@@ -88,13 +89,13 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=T.depth_any
             # (the second term, the sum, and at j = t the first); dx_j = g_j - p_j sum_k g_k
             # carries dg_j + p_j sum_k |dg_k|
             terms = ((1 - eps) * hot + eps / V) * scale.abs()[..., None]
-            eta = 0.5 * float(T.ulp(torch.zeros(()), case.dtype))
+            eta = 0.5 * float(tolerances.ulp(torch.zeros(()), case.dtype))
             dg = 2 * u * terms + (2 + hot) * eta
             eps_g = eps_g + dg + y * dg.sum(-1, keepdim=True)
         if red == "mean" and case.dtype in (torch.float16, torch.bfloat16):
             eps_g = eps_g + _rounded_mean_scale(case.dtype, dl, (~ign).sum(), g0, hot, y, eps)
     eps_g = torch.where(ign[..., None], 0.0, eps_g)
-    return ref, T.total_tolerance(eps_g, ref, case.dtype, case.dtype)
+    return ref, tolerances.total_tolerance(eps_g, ref, case.dtype, case.dtype)
 
 
 def _rounded_mean_scale(dtype, dloss, count, g0, hot, y, eps):
@@ -116,7 +117,7 @@ def _rounded_mean_scale(dtype, dloss, count, g0, hot, y, eps):
     if not bool(torch.isfinite(n16)) or float(n16) == 0.0:
         return torch.zeros_like(g0)
     sc, s = dl / n16, dl / n
-    err = (sc - s).abs() + 0.5 * T.ulp(sc, dtype)
+    err = (sc - s).abs() + 0.5 * tolerances.ulp(sc, dtype)
     err = torch.nan_to_num(err, nan=0.0, posinf=0.0)
     if eps > 0:
         dg = err * ((1 - eps) * hot + eps / g0.shape[-1])
@@ -139,7 +140,7 @@ def _rounded_log_probs(dtype, x64, lse, xt, eps, red):
     exact loss is 0.9346178, 1.26 ulps off; the allowance is 1.4 ulps, the output's rounding
     half an ulp more."""
     def h(v):
-        return 0.5 * T.ulp(v.abs() * (1 + 2.0**-16), dtype)
+        return 0.5 * tolerances.ulp(v.abs() * (1 + 2.0**-16), dtype)
     V = x64.shape[-1]
     zt = (lse - xt).abs()
     # |z_j| over the finite logits (a -inf logit makes the smoothed loss itself +inf)
@@ -194,7 +195,8 @@ def ce_default_mask(case, args, out_shape):
     need = torch.where(ign, 0.0, lse + xt + case.label_smoothing * (lse + (fx / x.shape[-1]).sum(-1)))
     rows_in_range = 2 * need <= big
     if case.label_smoothing > 0:  # torch's smoothing term: the sum over the classes of |x_j - lse|, then eps / V
-        grow = 1 + (x.shape[-1] + 1) * T.TABLE[case.dtype].u_c  # the V terms' and their sum's roundings, any order
+        # the V terms' and their sum's roundings, any order
+        grow = 1 + (x.shape[-1] + 1) * tolerances.TABLE[case.dtype].u_c
         rows_in_range &= ign | (grow * (x.shape[-1] * lse + fx.sum(-1)) <= big)
     if case.reduction == "none":  # each row's loss on its own
         return None if bool(rows_in_range.all()) else rows_in_range.reshape(out_shape)
@@ -237,13 +239,13 @@ def cross_entropy_truth(case, args, strict=False) -> Truth:
     summation order on the outputs ce_default_mask covers, and for the gradient's rows whose exact
     result is NaN, on the elements nan_rows_keep_their_nan judges (default); the bound at the
     project's reduction depth on every output (strict)."""
-    ref, tol = ce_truth(case, args, depth=T.depth if strict else T.depth_any, strict=strict)
+    ref, tol = ce_truth(case, args, depth=tolerances.depth if strict else tolerances.depth_any, strict=strict)
     if strict:
-        return Truth((Expected("out", ref, tol, case.dtype),))
+        return Truth((OutputTruth("out", ref, tol, case.dtype),))
     only = ce_default_mask(case, args, ref.shape)
     if case.spec.is_vjp:
         only = _both(only, nan_rows_keep_their_nan(args[0], ref))
-    return Truth((Expected("out", ref, tol, case.dtype, only),))
+    return Truth((OutputTruth("out", ref, tol, case.dtype, only),))
 
 
 def cross_entropy_grad_truth(case, args, g, y):

@@ -178,7 +178,7 @@ class MergeCase(OpCase):
                 break
         return x, lse
 
-    def reference(self, device="cpu", chunks=None):
+    def one_shot(self, device="cpu", chunks=None):
         """One-shot FP64 truth over the given chunks' columns (default: the tree's leaves, i.e.
         all), softmax columns in that order: (x_ref, lse_ref, mag, lam) with mag the magnitude
         the value bound scales with (p, or A = sum_j P_j |v_j|) and lam = max(|lse_c|, |lse|)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ... import tolerances as T
-from ...spec import Expected, Truth, lse_dtype
+from ... import tolerances
+from ...spec import OutputTruth, Truth, lse_dtype
 from . import bounds as B
 from .case import tree_depth, tree_leaves
 
@@ -24,24 +24,25 @@ def step_truth(case, xa, la, xb, lb):
         lam = torch.maximum(lam, torch.where(torch.isfinite(l), l.abs(), 0.0))
     eps_x = B.merge_value_bound(case.dtype, 1, lam[..., None], mag, leaves=False)
     eps_l = B.merge_lse_bound(case.dtype, 1, lam, leaves=False)
-    return (x_ref, l_ref, T.total_tolerance(eps_x, x_ref, case.dtype, case.dtype),
-            T.total_tolerance(eps_l, l_ref, lse_dtype(case.dtype), case.dtype))
+    return (x_ref, l_ref, tolerances.total_tolerance(eps_x, x_ref, case.dtype, case.dtype),
+            tolerances.total_tolerance(eps_l, l_ref, lse_dtype(case.dtype), case.dtype))
 
 
 def one_shot_truth(case, device, chunks, H):
     """(x_ref, lse_ref, tol_x, tol_lse): the one-shot FP64 truth over the chunks' columns and the
     chunked-merge bounds at merge depth H."""
-    x_ref, l_ref, mag, lam = case.reference(device, chunks)
+    x_ref, l_ref, mag, lam = case.one_shot(device, chunks)
     N = len(case.chunk_cols(chunks))
-    tol_x = T.total_tolerance(B.merge_value_bound(case.dtype, H, lam[..., None], mag, N), x_ref, case.dtype, case.dtype)
-    tol_l = T.total_tolerance(B.merge_lse_bound(case.dtype, H, lam, N), l_ref, lse_dtype(case.dtype), case.dtype)
+    eps_x, eps_l = B.merge_value_bound(case.dtype, H, lam[..., None], mag, N), B.merge_lse_bound(case.dtype, H, lam, N)
+    tol_x = tolerances.total_tolerance(eps_x, x_ref, case.dtype, case.dtype)
+    tol_l = tolerances.total_tolerance(eps_l, l_ref, lse_dtype(case.dtype), case.dtype)
     return x_ref, l_ref, tol_x, tol_l
 
 
 def state_truth(case, x_ref, l_ref, tol_x, tol_l, what_x, what_l, names=("x", "lse")) -> Truth:
     """A merged (values, lse) state's Truth."""
-    return Truth((Expected(names[0], x_ref, tol_x, case.dtype, what=what_x),
-                  Expected(names[1], l_ref, tol_l, lse_dtype(case.dtype), what=what_l)))
+    return Truth((OutputTruth(names[0], x_ref, tol_x, case.dtype, what=what_x),
+                  OutputTruth(names[1], l_ref, tol_l, lse_dtype(case.dtype), what=what_l)))
 
 
 def one_shot_state_truth(case, device, chunks, H, names=("x", "lse")) -> Truth:

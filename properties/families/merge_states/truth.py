@@ -6,7 +6,7 @@ import torch
 
 from softmax_properties import oracles
 
-from ... import tolerances as T
+from ... import tolerances
 from ...spec import Truth, lse_dtype
 from ..merge import bounds as B
 from ..merge.truth import one_shot_state_truth
@@ -35,5 +35,5 @@ def merge_states_truth(case, o, lse):
     H = max(lse.shape[-1] - 1, 1)
     eps_x = B.merge_value_bound(case.dtype, H, lam[..., None], mag, leaves=False)
     eps_l = B.merge_lse_bound(case.dtype, H, lam, leaves=False)
-    return (x_ref, l_ref, T.total_tolerance(eps_x, x_ref, case.dtype, case.dtype),
-            T.total_tolerance(eps_l, l_ref, lse_dtype(case.dtype), case.dtype))
+    return (x_ref, l_ref, tolerances.total_tolerance(eps_x, x_ref, case.dtype, case.dtype),
+            tolerances.total_tolerance(eps_l, l_ref, lse_dtype(case.dtype), case.dtype))

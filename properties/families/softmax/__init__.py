@@ -26,20 +26,20 @@ def _forward_rows(column):
 _SOFTMAX_FAMILY = dict(family="softmax", truth=truth.logits_truth, cases=S.logit_case, many_rows=S.many_row_logit_case,
                        has_dim=True)
 
-register(OpSpec("softmax", args=("x",), oracle=oracles.softmax, reference=truth.softmax_reference,
+register(OpSpec("softmax", args=("x",), oracle=oracles.softmax, truth_at=truth.softmax_truth_at,
                 differentiable=True, out_range=(0.0, 1.0), normalized=True, grad_truth=truth.normalized_grad_truth,
                 semantics=_forward_rows(0), torch_ref=torch_target.softmax, **_SOFTMAX_FAMILY))
-register(OpSpec("log_softmax", args=("x",), oracle=oracles.log_softmax, reference=truth.log_softmax_reference,
+register(OpSpec("log_softmax", args=("x",), oracle=oracles.log_softmax, truth_at=truth.log_softmax_truth_at,
                 differentiable=True, out_range=(-math.inf, 0.0), grad_truth=truth.normalized_grad_truth,
                 semantics=_forward_rows(1), torch_ref=torch_target.log_softmax, **_SOFTMAX_FAMILY))
-register(OpSpec("logsumexp", args=("x",), oracle=oracles.logsumexp, reference=truth.logsumexp_reference,
+register(OpSpec("logsumexp", args=("x",), oracle=oracles.logsumexp, truth_at=truth.logsumexp_truth_at,
                 out_dtype=lse_dtype, default_out_dtypes=lse_or_input_dtype, reduces=True, differentiable=True,
                 grad_truth=truth.logsumexp_grad_truth,
                 semantics=_forward_rows(2), torch_ref=torch_target.logsumexp, **_SOFTMAX_FAMILY))
 register(OpSpec("softmax_backward", args=("y", "dy"), oracle=oracles.softmax_backward, forward="softmax",
-                reference=truth.softmax_backward_reference, torch_ref=torch_target.softmax_backward, **_SOFTMAX_FAMILY))
+                truth_at=truth.softmax_backward_truth_at, torch_ref=torch_target.softmax_backward, **_SOFTMAX_FAMILY))
 register(OpSpec("log_softmax_backward", args=("z", "dz"), oracle=oracles.log_softmax_backward, forward="log_softmax",
-                reference=truth.log_softmax_backward_reference, torch_ref=torch_target.log_softmax_backward,
+                truth_at=truth.log_softmax_backward_truth_at, torch_ref=torch_target.log_softmax_backward,
                 **_SOFTMAX_FAMILY))
 
 from . import laws  # noqa: E402,F401  (the family's laws, registered after its ops)

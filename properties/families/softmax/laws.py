@@ -11,11 +11,12 @@ from hypothesis import assume
 
 from softmax_properties import oracles
 
-from ... import tolerances as T
+from ... import tolerances
+from ...tolerances import agree
 from ...failures import WrongOutput
 from ...spec import lookup
 from ...strategies import GRID_SHIFT, MASKED_CHUNKS
-from ...truth import reference
+from ...truth import truth_at
 from ...invariants._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
 from ...invariants._registry import fail, invariant
 from . import bounds as B
@@ -67,10 +68,10 @@ def named(name: str):
     return applies
 
 
-def ref_tol(case, args, depth=T.depth_any, returned=None):
+def ref_tol(case, args, depth=tolerances.depth_any, returned=None):
     """(reference, tolerance) of the case's op at these arguments, with the case's options;
     returned: the dtype the target returned the output in (truth.returned_bound)."""
-    return reference(case.op, case.dtype, args, depth, returned=returned, **case.kwargs())
+    return truth_at(case.op, case.dtype, args, depth, returned=returned, **case.kwargs())
 
 
 @invariant(softmax_family, strict="matches_oracle_strict")
@@ -140,14 +141,14 @@ def shift_invariance(case, target, strict=False):
     if case.spec.reduces:  # the output moves by c: lse(x + c) = lse(x) + c
         ref, tol = ref_tol(case, [x], returned=a.dtype)
         _, tol2 = ref_tol(case, [xs], returned=b.dtype)
-        tol = T.agree(tol, tol2, formed=ref.abs() + abs(c), dtype=a.dtype)
+        tol = agree(tol, tol2, formed=ref.abs() + abs(c), dtype=a.dtype)
         assert_close(case, target, b.double() - c, a.double(), tol,
                      f"logsumexp(x + {c}) - {c} != logsumexp(x)", call, dtype=a.dtype)
     elif strict:
         assert_bitwise(case, target, b, a, f"{case.op}(x + {c}) != {case.op}(x)", call)
     else:
         _, tol = ref_tol(case, [x])
-        assert_close(case, target, b.double(), a.double(), T.agree(tol, tol), f"{case.op}(x + {c}) != {case.op}(x)",
+        assert_close(case, target, b.double(), a.double(), agree(tol, tol), f"{case.op}(x + {c}) != {case.op}(x)",
                      call)
 
 
@@ -155,7 +156,7 @@ def shift_invariance(case, target, strict=False):
 def permutation_equivariance(case, target):
     """op(x[..., p]) == op(x)[..., p] (logsumexp: unchanged) for a reversal-and-rotation p of the
     columns. Summation order may differ, so each side is held to its oracle bound:
-    tolerances.agree(tol, tol)."""
+    agree(tol, tol)."""
     (x,) = case.tensors(target.device)
     D = x.shape[-1]
     assume(D >= 2)
@@ -165,7 +166,7 @@ def permutation_equivariance(case, target):
     ref, tol = ref_tol(case, [x], returned=b.dtype)
     if not case.spec.reduces:
         b, ref, tol = b[..., p], ref[..., p], tol[..., p]
-    assert_close(case, target, a.double(), b.double(), T.agree(tol, tol),
+    assert_close(case, target, a.double(), b.double(), agree(tol, tol),
                  "permuting the columns changed the result",
                  f"p = torch.roll(torch.arange({D - 1}, -1, -1, device=x.device), {D // 3})  # reversed, then rolled\n"
                  f"out = target.{case.op}(x[..., p])  # vs target.{case.op}(x)"
@@ -214,11 +215,11 @@ def log_softmax_is_x_minus_logsumexp(case, target):
     assume(x.shape[-1] >= 1)
     z = run(target, "log_softmax", x).double()
     lse = run(target, "logsumexp", x)
-    _, tl_ = reference("logsumexp", case.dtype, [x], returned=lse.dtype)
+    _, tl_ = truth_at("logsumexp", case.dtype, [x], returned=lse.dtype)
     lse = lse.double()
     rhs = x.double() - lse[..., None]
-    _, tz = reference("log_softmax", case.dtype, [x])
-    tol = T.agree(tz, tl_[..., None], formed=rhs, dtype=case.dtype)
+    _, tz = truth_at("log_softmax", case.dtype, [x])
+    tol = agree(tz, tl_[..., None], formed=rhs, dtype=case.dtype)
     rows = finite_rows(x)
     rhs = torch.where(rows[..., None], rhs, z)  # edge rows are the oracle invariant's business
     assert_close(case, target, z, rhs, tol,
@@ -232,8 +233,8 @@ def exp_log_softmax_is_softmax(case, target):
     (x,) = case.tensors(target.device)
     z = run(target, "log_softmax", x).double()
     y = run(target, "softmax", x).double()
-    _, tz = reference("log_softmax", case.dtype, [x])
-    _, ty = reference("softmax", case.dtype, [x])
+    _, tz = truth_at("log_softmax", case.dtype, [x])
+    _, ty = truth_at("softmax", case.dtype, [x])
     ez = torch.exp(z)
     tol = B.exp_log_softmax_bound(ty, ez, tz)
     assert_close(case, target, ez, y, tol, "exp(log_softmax(x)) != softmax(x)",
@@ -324,7 +325,7 @@ def vjp_matches_fp64_autograd(case, target):
     # reference is not the exact VJP, and matches_oracle (scaled) is the check that applies
     assume(bool(torch.isfinite(auto).all()))
     _, tol = ref_tol(case, [a, g])
-    _, fwd64 = reference(case.spec.forward, torch.float64, [x.detach()])
+    _, fwd64 = truth_at(case.spec.forward, torch.float64, [x.detach()])
     bound = B.autograd_vjp_bound(case.op, case.dtype, tol, out64.detach(), g_log, fwd64, auto.shape, a.shape)
     if a.shape != auto.shape:  # expanded layout on y: compare against the broadcast
         auto = auto.expand(a.shape)

@@ -9,9 +9,9 @@ import torch
 
 from softmax_properties import oracles
 
-from ... import tolerances as T
-from ...spec import Expected, Truth, lse_dtype, vjp_of
-from ...truth import reference, returned_bound
+from ... import tolerances
+from ...spec import OutputTruth, Truth, lse_dtype, vjp_of
+from ...truth import truth_at, returned_bound
 from . import bounds as B
 
 
@@ -35,35 +35,35 @@ def row_terms(x64: torch.Tensor) -> RowTerms:
     return RowTerms(m, d, H, torch.log(s))
 
 
-def forward_reference(oracle, eps, out_dtype=None):
+def forward_truth_at(oracle, eps, out_dtype=None):
     """The ``reference`` of a forward op of the softmax family: oracle(x) and the bound
     eps(dtype, rows, dep, ref) (rows: row_terms(x), dep: the reduction depth of the row length)
     plus the final rounding to the output dtype (default: the input's)."""
-    def ref_and_tol(dtype, args, depth=T.depth_any):
+    def ref_and_tol(dtype, args, depth=tolerances.depth_any):
         x = args[0].detach().to(torch.float64)
         ref = oracle(x)
         e = eps(dtype, row_terms(x), depth(x.shape[-1]), ref)
-        return ref, T.total_tolerance(e, ref, (out_dtype or (lambda d: d))(dtype), dtype)
+        return ref, tolerances.total_tolerance(e, ref, (out_dtype or (lambda d: d))(dtype), dtype)
     return ref_and_tol
 
 
-softmax_reference = forward_reference(oracles.softmax, lambda dt, r, dep, y: B.softmax_bound(dt, r.d, r.H, dep, y))
-log_softmax_reference = forward_reference(
+softmax_truth_at = forward_truth_at(oracles.softmax, lambda dt, r, dep, y: B.softmax_bound(dt, r.d, r.H, dep, y))
+log_softmax_truth_at = forward_truth_at(
     oracles.log_softmax, lambda dt, r, dep, z: B.log_softmax_bound(dt, r.d, r.H, dep, r.logs, z))
-logsumexp_reference = forward_reference(
+logsumexp_truth_at = forward_truth_at(
     oracles.logsumexp, lambda dt, r, dep, lse: B.logsumexp_bound(dt, r.m, r.H, dep, r.logs, lse), lse_dtype)
 
 
-def softmax_backward_reference(dtype, args, depth=T.depth_any):
+def softmax_backward_truth_at(dtype, args, depth=tolerances.depth_any):
     y, g = (t.detach().to(torch.float64) for t in args)
     D = y.shape[-1]
     ref = oracles.softmax_backward(y, g)
     dot = (y * g).sum(-1)
     eps = B.softmax_backward_bound(dtype, y, g, dot, (y * g).abs().sum(-1), depth(D), ref, D)
-    return ref, T.total_tolerance(eps, ref, dtype, dtype)
+    return ref, tolerances.total_tolerance(eps, ref, dtype, dtype)
 
 
-def log_softmax_backward_reference(dtype, args, depth=T.depth_any):
+def log_softmax_backward_truth_at(dtype, args, depth=tolerances.depth_any):
     z, g = (t.detach().to(torch.float64) for t in args)
     D = z.shape[-1]
     ref = oracles.log_softmax_backward(z, g)
@@ -71,7 +71,7 @@ def log_softmax_backward_reference(dtype, args, depth=T.depth_any):
     # below 2**-1010 is far under the FTZ floor of the tolerance)
     gs = g * 2.0**-64
     eps = B.log_softmax_backward_bound(dtype, z, g, gs.sum(-1), gs.abs().sum(-1), depth(D), ref, D, 2.0**64)
-    return ref, T.total_tolerance(eps, ref, dtype, dtype)
+    return ref, tolerances.total_tolerance(eps, ref, dtype, dtype)
 
 
 def vjp_rows(case, args, strict):
@@ -87,13 +87,13 @@ def logits_truth(case, args, strict=False) -> Truth:
     (strict: tolerances.depth), judged on the rows vjp_rows covers; in the default tier, in any
     output dtype the spec accepts there (default_out_dtypes), at the precision returned."""
     spec = case.spec
-    ref, tol = spec.reference(case.dtype, args, T.depth if strict else T.depth_any, **case.kwargs())
+    ref, tol = spec.truth_at(case.dtype, args, tolerances.depth if strict else tolerances.depth_any, **case.kwargs())
     rows = vjp_rows(case, args, strict)
     out_dtype = spec.out_dtype(case.dtype)
     also = () if strict or spec.default_out_dtypes is None else tuple(
         (d, returned_bound(spec, case.dtype, ref, tol, d))
         for d in spec.default_out_dtypes(case.dtype) if d != out_dtype)
-    return Truth((Expected("out", ref, tol, out_dtype, None if rows is None else rows[..., None], also=also),))
+    return Truth((OutputTruth("out", ref, tol, out_dtype, None if rows is None else rows[..., None], also=also),))
 
 
 def normalized_grad_truth(case, args, g, y):
@@ -107,12 +107,12 @@ def normalized_grad_truth(case, args, g, y):
     out64 = case.spec.torch_ref(x64)
     (ref,) = torch.autograd.grad(out64, x64, g.double())
     vjp = vjp_of(case.op).name
-    ref_y, tol = reference(vjp, case.dtype, [y.detach(), g])
+    ref_y, tol = truth_at(vjp, case.dtype, [y.detach(), g])
     # where the output the kernel saved makes the VJP NaN and the exact VJP is not (its forward is
     # wrong there: matches_oracle's failure), the VJP's bound at y says nothing: unbounded
     tol = torch.where(torch.isnan(ref_y) & ~torch.isnan(ref), math.inf, tol)
-    _, tol_f = reference(case.op, case.dtype, [x.detach()])
-    _, fwd64 = reference(case.op, torch.float64, [x.detach()])
+    _, tol_f = truth_at(case.op, case.dtype, [x.detach()])
+    _, fwd64 = truth_at(case.op, torch.float64, [x.detach()])
     y64 = out64.detach()
     du = torch.where(torch.isfinite(y64), tol_f + 2 * torch.nan_to_num(fwd64, nan=0.0), 0.0)
     extra = torch.nan_to_num(B.rounded_forward_effect(vjp, y64, g.double(), du), nan=0.0)
@@ -127,12 +127,13 @@ def logsumexp_grad_truth(case, args, g, y):
     x = args[0]
     x64 = x.detach().double()
     ref = oracles.softmax(x64) * g.double()[..., None]
-    _, tol_p = reference("softmax", case.dtype, [x.detach()])
+    _, tol_p = truth_at("softmax", case.dtype, [x.detach()])
     # a backward that forms exp(x - lse) from the forward's saved output (autograd saves it,
     # rounded to its dtype: torch's does) moves dx by |dx| expm1(|lse error|), the error
     # within logsumexp's own bound at the dtype it was returned in (returned_bound: a bfloat16
     # lse carries its rounding to bfloat16); huge enough at |x| ~ finfo.max to cover anything there
-    _, tol_l = reference("logsumexp", case.dtype, [x.detach()], returned=y.dtype)
+    _, tol_l = truth_at("logsumexp", case.dtype, [x.detach()], returned=y.dtype)
     saved = ref.abs() * torch.expm1(tol_l.clamp_max(700))[..., None]
-    eps = g.double().abs()[..., None] * tol_p + 2 * T.TABLE[case.dtype].u_c * ref.abs() + torch.nan_to_num(saved, nan=0.0)
-    return ref, T.total_tolerance(eps, ref, case.dtype, case.dtype), None
+    u = tolerances.TABLE[case.dtype].u_c
+    eps = g.double().abs()[..., None] * tol_p + 2 * u * ref.abs() + torch.nan_to_num(saved, nan=0.0)
+    return ref, tolerances.total_tolerance(eps, ref, case.dtype, case.dtype), None
