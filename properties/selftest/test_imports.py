@@ -192,9 +192,15 @@ def _core(module: str) -> bool:
     return not any(p in ("selftest", "mutants", "faulty") or p.startswith("test_") for p in parts)
 
 
+def _is_package(module: str) -> bool:
+    found = project_modules().get(module)
+    return found is None or found[1]  # an unknown module (a test's graph): a package
+
+
 def family_import_violations(graph: dict) -> list:
-    """A family imports the core, and of another family only modules of a family it names in its
-    COMPOSES (not that family's package, which registers it). The core imports no family module,
+    """A family (a module, or a package of modules) imports the core, and of another family only
+    what a family it names in its COMPOSES offers (a module family itself, a package family's
+    modules, not the package, which registers it). The core imports no family module,
     only the families package (which registers them all). Tests and mutants may import anything."""
     bad = []
     for a, deps in graph.items():
@@ -207,7 +213,7 @@ def family_import_violations(graph: dict) -> list:
                 bad.append(f"{a} (the core) imports the family module {b}: import the families package instead")
             elif fb not in composes(fa):
                 bad.append(f"{a} imports {b}, of the family {fb}, which {fa}'s COMPOSES does not name")
-            elif b == f"{FAMILIES}.{fb}":
+            elif b == f"{FAMILIES}.{fb}" and _is_package(b):
                 bad.append(f"{a} imports the package of the family {fb}: import the module it composes")
     return sorted(bad)
 
