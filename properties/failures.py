@@ -82,22 +82,6 @@ def device_assert(e: BaseException) -> bool:
     return "device-side assert" in str(e)
 
 
-_CONTEXT_LOSS = [False]
-
-
-def accept_context_loss():
-    """A law calls this when it has caught, as an accepted outcome, a device-side assert of the
-    target (e.g. an out-of-range class index under the default tier): an isolated check then
-    passes, and its worker is restarted, since its CUDA context cannot be used again."""
-    _CONTEXT_LOSS[0] = True
-
-
-def take_context_loss() -> bool:
-    """Whether the check just run accepted a lost CUDA context (and forget it)."""
-    accepted, _CONTEXT_LOSS[0] = _CONTEXT_LOSS[0], False
-    return accepted
-
-
 KINDS = {c.__name__: c for c in (PropertyFailure, UnexpectedNaN, UnexpectedInf, UnexpectedFinite, WrongNonFinite,
                                   OutOfTolerance, Differs, WrongOutput, Raised, TargetCrashed)}
 _DERIVED: dict = {}

@@ -10,9 +10,11 @@ PropertyFailure, another exception (type, message, traceback), or nothing becaus
 crash becomes an ordinary failure of its own class, ``TargetCrashed`` ("target crashed:
 SIGSEGV", "target crashed: CUDA error: ...", "target crashed: no answer within N s"), raised
 in the pytest process, which Hypothesis shrinks like any other; the worker is then restarted for
-the next example. What a check does besides passing or failing comes back with the answer and is
-replayed in the pytest process: its ``hypothesis.target`` observations, matches_oracle's
-WORST_ULP updates, its warnings, and the worker's kernel compilation counts.
+the next example. What a check does besides passing or failing comes back with the answer: its
+record (properties/record.py: the errors it measured, the target's refusals, an accepted loss of
+the CUDA context), merged into the pytest process's current record as an in-process check's would
+be, and its ``hypothesis.target`` observations, its warnings and the worker's kernel compilation
+counts, replayed there.
 
 The worker comes from a fork server (multiprocessing's "forkserver": a fresh interpreter that
 imports torch, triton and the suite once, then forks a worker per start), so a restart after a
@@ -315,7 +317,7 @@ def check(inv, case, target, timeout: float = DEFAULT_TIMEOUT):
                        got.detail)
     outcome, payload, side, restart = got
     _replay(side, w)
-    if restart:  # the check accepted a lost CUDA context (failures.accept_context_loss): the worker has exited
+    if restart:  # the check accepted a lost CUDA context (record.accept_context_loss): the worker has exited
         w.retire()
     if outcome == "pass":
         return
@@ -371,19 +373,14 @@ def _indent(text: str) -> str:
 def _replay(side, w: Worker):
     """What the check did besides its outcome, done again in this process."""
     import hypothesis
-    from .invariants import WORST_ULP, refusals
-    observations, worst, caught, compiles, refused = side
+    from . import record
+    observations, rec, caught, compiles = side
     for value, label in observations:
         try:  # only valid inside a @given test, as in the invariants themselves
             hypothesis.target(value, label=label)
         except hypothesis.errors.InvalidArgument:
             pass
-    for key, stats in worst.items():
-        d = WORST_ULP.setdefault(key, {})
-        for stat, value in stats.items():
-            d[stat] = max(d.get(stat, 0.0), value)
-    for message in refused:  # the worker's refusals count towards this test's skip reason
-        refusals.add_message(message)
+    record.current().merge(rec)  # the worker's statistics and refusals count as this process's check's
     for category, message, filename, lineno in caught:  # shown once per place, as a module's registry does
         warnings.warn_explicit(message, category, filename, lineno, registry=_SHOWN)
     w.compiles_now = compiles
@@ -469,15 +466,13 @@ def _target(targets, spec, gpu):
 def _check(inv_name, case, target, filters):
     from hypothesis.errors import HypothesisDeprecationWarning, UnsatisfiedAssumption
 
-    from .failures import PropertyFailure, take_context_loss
-    from .invariants import WORST_ULP, law, refusals
+    from .failures import PropertyFailure
+    from .invariants import law
+    from .record import recording
     inv = law(inv_name)
-    take_context_loss()
-    before = {k: dict(v) for k, v in WORST_ULP.items()}  # the statistics are dicts, updated in place
-    refusals.reset()
     _OBSERVED.clear()
     cuda = target.device == "cuda"
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, recording() as rec:
         warnings.filters[:] = filters
         # assume() and reject() outside a Hypothesis test warn; here they are the rejection
         warnings.filterwarnings("ignore", message=r"Using `(assume|reject)` outside", category=HypothesisDeprecationWarning)
@@ -491,7 +486,7 @@ def _check(inv_name, case, target, filters):
             outcome, payload = "fail", e
         except Exception as e:  # noqa: BLE001 - every other exception is reported as it is
             outcome, payload, err = "raised", _raised(e), e
-        accepted = take_context_loss()  # the law caught a device-side assert as its accepted outcome
+        accepted = rec.context_lost  # the law caught a device-side assert as its accepted outcome
         if cuda:  # an asynchronous error of this example's launches surfaces here, not in the next example
             import torch
             try:
@@ -507,13 +502,11 @@ def _check(inv_name, case, target, filters):
                 if outcome == "raised":
                     detail += "\n  raised in the worker process:\n" + _indent(_format(err))
                 outcome, payload = "crashed", (broken, detail)
-    worst = {k: v for k, v in WORST_ULP.items() if before.get(k) != v}
     notes = [(w.category if _pickles(w.category) else UserWarning, str(w.message), w.filename, w.lineno) for w in caught]
     if outcome == "fail" and not _pickles(payload):  # a failure that does not pickle travels as its text
         outcome, payload = "raised", _raised(payload)
-    refused = [refusals.first] * min(refusals.count, 1) + [""] * max(refusals.count - 1, 0)
     restart = cuda and accepted and outcome in ("pass", "reject")
-    return outcome, payload, (list(_OBSERVED), worst, notes, compile_counts(), refused), restart
+    return outcome, payload, (list(_OBSERVED), rec, notes, compile_counts()), restart
 
 
 def _raised(e: BaseException) -> tuple:

@@ -1,124 +1,16 @@
-"""The built-in ops, one OpSpec each (properties/spec.py says what every field means), and the
-target adapter (the module under test, chosen at run time). Importing this module registers the
-ops; the laws select among them by their specs' attributes (properties/invariants/)."""
+"""The target adapter: the module under test, chosen at run time, and how the laws call it.
+Importing this module registers the built-in op families (properties/families/), whose specs the
+adapter checks the target's functions against."""
 from __future__ import annotations
 
 import importlib
 import inspect
-import math
 import types
 
 import torch
 
-from softmax_properties import oracles
-
-from . import strategies as S, truth
-from .spec import OPS, OpSpec, lookup, lse_dtype, lse_or_input_dtype, register
-from .targets import torch as torch_target
-
-
-# ----------------------------------------------------------------------------------------------
-# edge rows (oracles/semantics.py) as each op's semantics: (what, args, options, expected outputs)
-# ----------------------------------------------------------------------------------------------
-def _t(values, dtype=torch.float64):
-    return torch.tensor(values, dtype=dtype)
-
-
-def _row(values):
-    return _t(values).reshape(1, len(values))
-
-
-def _forward_rows(column):
-    return tuple((what, (_row(row),), {}, (_t([out]).reshape(1, -1) if isinstance(out, list) else _t([out]),))
-                 for what, row, *outs in oracles.SEMANTICS for out in (outs[column],))
-
-
-def _merge_rows(column):
-    """MERGE_SEMANTICS rows for softmax_merge (column 0: p) or attention_merge (column 1: o)."""
-    rows = []
-    for what, la, xa, lb, xb, *outs in oracles.MERGE_SEMANTICS:
-        values, lse = outs[column], outs[2]
-        if values is None:
-            continue
-        args = (_row(xa), _t([la]), _row(xb), _t([lb]))
-        rows.append((what, args, {}, (_row(values), _t([lse]))))
-    return tuple(rows)
-
-
-def _states_rows():
-    """attention_merge's rows of MERGE_SEMANTICS as N-way merges of two states (an empty state's
-    values are dropped, NaN included: the table's identities)."""
-    rows = []
-    for what, la, xa, lb, xb, _, o, lse in oracles.MERGE_SEMANTICS:
-        if o is None or not xa or not xb:
-            continue
-        rows.append((what, (_t([[[xa[0]], [xb[0]]]]), _t([[la, lb]])), {}, (_t([[o]]), _t([lse]))))
-    return tuple(rows)
-
-
-def _ce_rows(backward: bool):
-    rows = []
-    for what, logits, tgt, eps, red, loss, grad, _ in oracles.CE_SEMANTICS:
-        V = len(logits[0]) if logits else 3
-        x, t = _t(logits).reshape(-1, V), _t(tgt, torch.int64)
-        options = dict(reduction=red, label_smoothing=eps)
-        if backward:
-            dloss = torch.ones(t.shape if red == "none" else (), dtype=torch.float64)
-            rows.append((what, (x, t, dloss), options, (_t(grad).reshape(x.shape),)))
-        else:
-            rows.append((what, (x, t), options, (_t(loss),)))
-    return tuple(rows)
-
-
-def _class_indices(x: torch.Tensor):
-    """A cross-entropy call around float64 logits x: class 0 for every row."""
-    return (x, torch.zeros(x.shape[:-1], dtype=torch.int64, device=x.device)), {}
-
-
-# ----------------------------------------------------------------------------------------------
-# the ops, in the order the suite lists them
-# ----------------------------------------------------------------------------------------------
-_SOFTMAX_FAMILY = dict(family="softmax", truth=truth.logits_truth, cases=S.logit_case, many_rows=S.many_row_logit_case,
-                       has_dim=True)
-
-register(OpSpec("softmax", args=("x",), oracle=oracles.softmax, reference=truth.softmax_reference,
-                differentiable=True, out_range=(0.0, 1.0), normalized=True, grad_truth=truth.normalized_grad_truth,
-                semantics=_forward_rows(0), torch_ref=torch_target.softmax, **_SOFTMAX_FAMILY))
-register(OpSpec("log_softmax", args=("x",), oracle=oracles.log_softmax, reference=truth.log_softmax_reference,
-                differentiable=True, out_range=(-math.inf, 0.0), grad_truth=truth.normalized_grad_truth,
-                semantics=_forward_rows(1), torch_ref=torch_target.log_softmax, **_SOFTMAX_FAMILY))
-register(OpSpec("logsumexp", args=("x",), oracle=oracles.logsumexp, reference=truth.logsumexp_reference,
-                out_dtype=lse_dtype, default_out_dtypes=lse_or_input_dtype, reduces=True, differentiable=True,
-                grad_truth=truth.logsumexp_grad_truth,
-                semantics=_forward_rows(2), torch_ref=torch_target.logsumexp, **_SOFTMAX_FAMILY))
-register(OpSpec("softmax_backward", args=("y", "dy"), oracle=oracles.softmax_backward, forward="softmax",
-                reference=truth.softmax_backward_reference, torch_ref=torch_target.softmax_backward, **_SOFTMAX_FAMILY))
-register(OpSpec("log_softmax_backward", args=("z", "dz"), oracle=oracles.log_softmax_backward, forward="log_softmax",
-                reference=truth.log_softmax_backward_reference, torch_ref=torch_target.log_softmax_backward,
-                **_SOFTMAX_FAMILY))
-
-# merges of two (x, lse) states, returning (x, lse); drawn as a MergeCase (a row's chunk states
-# and a merge tree over them)
-register(OpSpec("softmax_merge", "merge", ("p_a", "lse_a", "p_b", "lse_b"), oracles.softmax_merge, truth.merge_truth,
-                S.merge_case, S.many_row_merge_case, semantics=_merge_rows(0), torch_ref=torch_target.softmax_merge))
-register(OpSpec("attention_merge", "merge", ("o_a", "lse_a", "o_b", "lse_b"), oracles.attention_merge,
-                truth.merge_truth, S.merge_case, S.many_row_merge_case, semantics=_merge_rows(1),
-                torch_ref=torch_target.attention_merge))
-# the N-way merge of S states stacked along axis -2 (o) / -1 (lse); drawn as a StatesCase
-register(OpSpec("merge_states", "merge_states", ("o", "lse"), oracles.merge_states, truth.states_truth, S.states_case,
-                S.many_row_states_case, semantics=_states_rows()))
-
-# cross-entropy with class-index targets and keyword options (ignore_index, reduction,
-# label_smoothing); drawn as a CECase
-CE_OPTIONS = ("ignore_index", "reduction", "label_smoothing")
-register(OpSpec("cross_entropy", "cross_entropy", ("logits", "target"), oracles.ce.cross_entropy,
-                truth.cross_entropy_truth, S.ce_case, S.many_row_ce_case, differentiable=True,
-                grad_truth=truth.cross_entropy_grad_truth, sample=_class_indices, semantics=_ce_rows(False),
-                torch_ref=torch_target.cross_entropy, options=CE_OPTIONS))
-register(OpSpec("cross_entropy_backward", "cross_entropy", ("logits", "target", "dloss"),
-                oracles.ce.cross_entropy_backward, truth.cross_entropy_truth, S.ce_case, S.many_row_ce_case,
-                forward="cross_entropy", semantics=_ce_rows(True), torch_ref=torch_target.cross_entropy_backward,
-                options=CE_OPTIONS))
+from . import families  # noqa: F401  (registers the built-in ops and their laws)
+from .spec import OPS, lookup
 
 
 # ----------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 
 from . import hypothesis_compat, interpreter, isolation, report, strategies as S, targets
+from .record import merge_worst
 
 _COMMON = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
@@ -61,7 +62,7 @@ LIMITS = {  # shape limits per profile (many_rows: the rows of many-rows cases, 
 }
 
 # gathered from test reports (so it works under pytest-xdist too) and printed in the summary
-WORST_ULP: dict = {}  # (op, dtype) -> {statistic: largest value} (invariants.record_worst)
+WORST_ULP: dict = {}  # (op, dtype) -> {statistic: largest value} (record.record_worst)
 STATS: dict = {}  # test id -> (examples, seconds)
 COMPILES: dict = {}  # worker -> (variants requested, Triton compilations)
 REPLAYS: list = []  # replay files written for this run's failures (properties/replay.py)
@@ -107,10 +108,7 @@ def pytest_runtest_logreport(report):
         if key == "softmax_stats":
             STATS[report.nodeid.split("::")[-1]] = tuple(val)
         elif key == "softmax_ulps":
-            for k, v in val.items():
-                d = WORST_ULP.setdefault(tuple(k), {})
-                for stat, x in v.items():
-                    d[stat] = max(d.get(stat, 0.0), x)
+            merge_worst(WORST_ULP, val)
         elif key == "softmax_compiles":
             COMPILES[worker] = tuple(val)
         elif key == "softmax_replay":

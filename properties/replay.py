@@ -163,7 +163,7 @@ def load(path: str):
     """(invariant name, case, target name) from a replay file; ValueError naming what is wrong."""
     import runpy
 
-    from . import ops  # noqa: F401 - registers the built-in ops (a replay file names one)
+    from . import families  # noqa: F401 - registers the built-in ops (a replay file names one)
     from .spec import OPS
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such file")

@@ -8,6 +8,7 @@ source of the runner's test function (about 80 lines) before each message, so 3 
 made 651 lines. ``--tb=long`` (or any other style) brings pytest's own report back."""
 from __future__ import annotations
 
+import inspect
 import os
 import traceback
 
@@ -19,8 +20,6 @@ except NameError:  # Python 3.10: Hypothesis raises the exceptiongroup backport'
     from exceptiongroup import BaseExceptionGroup as _GROUP
 
 SUITE_DIR = os.path.dirname(os.path.realpath(__file__))
-_LAWS_DIR = os.path.join(SUITE_DIR, "invariants")
-_HELPERS = ("_checks.py", "_registry.py", "__init__.py")  # the laws' shared machinery, not a law
 _TARGETS_DIR = os.path.join(SUITE_DIR, "targets")
 # frames of the target's call worth showing when the target raised: at most this many, innermost last
 MAX_TARGET_FRAMES = 12
@@ -32,9 +31,15 @@ def _where(filename: str) -> str:
     return os.path.realpath(filename)
 
 
-def _is_law(frame) -> bool:
-    where = _where(frame.filename)
-    return where.startswith(_LAWS_DIR + os.sep) and os.path.basename(where) not in _HELPERS
+def law_files() -> set:
+    """The files that define a registered law (invariants/generic.py, each family's laws.py, a
+    test's own family): a frame there is the law's, or a helper the law's module keeps beside it."""
+    from .invariants import REGISTRY
+    return {_where(inspect.getsourcefile(inspect.unwrap(inv.check))) for inv in REGISTRY}
+
+
+def _is_law(frame, files) -> bool:
+    return _where(frame.filename) in files
 
 
 def is_suite_frame(frame) -> bool:
@@ -60,7 +65,8 @@ def _notes(e: BaseException) -> list:
 
 
 def _law_line(stack) -> str:
-    laws = [f for f in stack if _is_law(f)]
+    files = law_files()
+    laws = [f for f in stack if _is_law(f, files)]
     if not laws:
         return ""
     f = laws[-1]

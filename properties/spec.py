@@ -1,7 +1,7 @@
 """Op specs and their registry, in the style of PyTorch's OpInfo: everything the suite knows about
 an op is one ``OpSpec``, and every law selects the ops it applies to by the attributes of their
-specs (properties/invariants/). The built-in ops are registered in properties/ops.py; a new op is
-its spec, a kernel that offers it, and its FP64 oracle (docs/extending.md).
+specs. The built-in ops are registered by their families (properties/families/); a new op is its
+spec, a kernel that offers it, and its FP64 oracle (docs/extending.md).
 
 This module is the bottom of the suite's imports: it imports no other module of the suite."""
 from __future__ import annotations
@@ -12,6 +12,16 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
+
+
+def t64(values, dtype=torch.float64) -> torch.Tensor:
+    """A tensor of the given values (an op's edge rows, OpSpec.semantics)."""
+    return torch.tensor(values, dtype=dtype)
+
+
+def row64(values) -> torch.Tensor:
+    """One row (1, len(values)) of float64 values."""
+    return t64(values).reshape(1, len(values))
 
 
 def same_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -27,14 +37,14 @@ def lse_dtype(dtype: torch.dtype) -> torch.dtype:
 def lse_or_input_dtype(dtype: torch.dtype) -> tuple:
     """The dtypes the default tier accepts for logsumexp's output: the contract's lse_dtype, or the
     input's own, which torch.logsumexp returns (a bfloat16 lse of bfloat16 logits). Either is a
-    legitimate convention; the values are judged at the precision returned (truth.reference's
+    legitimate convention; the values are judged at the precision returned (truth.truth_at's
     returned=), so an lse rounded to 16 bits carries that rounding and no more. The strict tier
     keeps lse_dtype: a 16-bit lse loses the precision a following merge needs."""
     return tuple(dict.fromkeys((lse_dtype(dtype), dtype)))
 
 
 @dataclass(frozen=True)
-class Expected:
+class OutputTruth:
     """One output of an op as the FP64 truth has it: ``ref`` and the elementwise bound ``tol``
     (float64), the output's ``dtype``, the elements the tier judges (``only``, a bool mask
     broadcast to ``ref``; None: all), how a report names it and what a mismatch means; ``also``:
@@ -53,7 +63,7 @@ class Expected:
         """Every dtype the tier accepts for this output, its own first."""
         return (self.dtype,) + tuple(d for d, _ in self.also)
 
-    def returned_as(self, dtype: torch.dtype) -> "Expected":
+    def returned_as(self, dtype: torch.dtype) -> "OutputTruth":
         """This output as judged when the target returned it in dtype: itself for its own dtype
         (or one the tier does not accept: the structure check reports that), else with the
         dtype and bound that ``also`` gives for it."""
@@ -65,12 +75,12 @@ class Expected:
 
 @dataclass(frozen=True)
 class Truth:
-    """The FP64 truth of a call: one Expected per output, in the order the op returns them (a
+    """The FP64 truth of a call: one OutputTruth per output, in the order the op returns them (a
     single tensor, or a tuple such as a merge's (x, lse))."""
 
     outputs: tuple
 
-    def __getitem__(self, i) -> Expected:
+    def __getitem__(self, i) -> OutputTruth:
         return self.outputs[i]
 
 
@@ -90,9 +100,10 @@ class OpSpec:
       **options)``: the plugin checks its signature before any test runs.
     Meaning
       oracle: the FP64 function the op computes (float64 tensors in, float64 out; options as
-      keywords). truth(case, args, strict=False) -> Truth: the reference of every output at these
-      (laid-out) arguments and the bound a correct kernel meets (strict: the strict tier's bound).
-      reference(dtype, args, depth, **options) -> (ref, tol): for single-output ops of the
+      keywords); what it gives is the FP64 truth. truth(case, args, strict=False) -> Truth: the
+      truth of every output at these (laid-out) arguments and the bound a correct kernel meets
+      (strict: the strict tier's bound). truth_at(dtype, args, depth, **options) -> (ref, tol):
+      the truth ``ref`` and its bound, for single-output ops of the
       softmax family, the same at a given reduction-depth model (tolerances.depth_any / depth),
       which laws also ask of other ops (log_softmax's laws ask logsumexp's).
       out_dtype: the output dtype from the input dtype. default_out_dtypes: every output dtype
@@ -127,7 +138,7 @@ class OpSpec:
     truth: Callable
     cases: Callable
     many_rows: Optional[Callable] = None
-    reference: Optional[Callable] = None
+    truth_at: Optional[Callable] = None
     out_dtype: Callable = same_dtype
     default_out_dtypes: Optional[Callable] = None
     reduces: bool = False
@@ -201,4 +212,4 @@ def lookup(name: str) -> OpSpec:
         return OPS[name]
     except KeyError:
         raise KeyError(f"unknown op {name!r}: registered ops are {', '.join(OPS) or 'none'} (the built-in ops are "
-                       f"registered by importing properties.ops)") from None
+                       f"registered by importing properties.families)") from None

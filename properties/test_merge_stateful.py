@@ -14,10 +14,10 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, \
     run_state_machine_as_test
 
-from . import strategies as S
+from .families.merge import strategies as S
 from .invariants import checking, fail, run
 from .invariants._checks import bits_equal
-from .invariants.merge import check_one_shot
+from .families.merge.laws import check_one_shot
 from .ops import OPS
 
 MERGE_OPS = [name for name, spec in OPS.items() if spec.family == "merge"]

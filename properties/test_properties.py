@@ -8,7 +8,8 @@ from hypothesis import errors, given, settings, strategies as st
 
 from . import expected, hypothesis_compat, isolation, replay, strategies as S
 from .applicability import skip_reason
-from .invariants import REGISTRY, WORST_ULP, refusals
+from .invariants import REGISTRY
+from .record import CheckRecord, recording
 
 PAIRS = [pytest.param(inv, op, id=f"{inv.name}-{op}") for inv in REGISTRY for op in inv.ops]
 
@@ -17,7 +18,8 @@ class _TagsCase:
     """The invariant, whose check writes the case as a pending replay file first (when pending is
     given), runs in the isolation worker (when isolated; properties/isolation.py) and tags an
     exception with its case (what properties/replay.py saves), or passes over the failure of an
-    example that an xfails entry's when clause names (counted, for the test's xfail; known). A
+    example that an xfails entry's when clause names (counted, for the test's xfail; known). What
+    each check records (properties/record.py) gathers in the test's record. A
     wrapper, not code in `check`: under derandomize, Hypothesis seeds from the source of `check`,
     so editing it would change every example the ci profile draws."""
 
@@ -26,6 +28,7 @@ class _TagsCase:
         self._inv, self._isolated, self._timeout, self._pending = inv, isolated, timeout, pending
         self._known = known  # expected.ExpectedExamples: failing examples an xfails entry names
         self._crashes = isolation.CrashBudget(crash_budget) if isolated and crash_budget else None
+        self.record = CheckRecord()  # the errors measured and the refusals of every example
 
     def __getattr__(self, name):
         return getattr(self._inv, name)
@@ -35,9 +38,8 @@ class _TagsCase:
             self._pending.write(case)
         start = time.perf_counter()
         try:
-            if self._isolated:
-                return isolation.check(self._inv, case, target, self._timeout)
-            return self._inv.check(case, target)
+            with recording(self.record):
+                return self._check(case, target)
         except Exception as e:
             if self._known is not None and self._known.passes_over(case, e):
                 return None
@@ -45,6 +47,11 @@ class _TagsCase:
             if self._crashes is not None:
                 self._crashes.spend(e, case, time.perf_counter() - start)  # CrashBudgetSpent past the budget
             raise
+
+    def _check(self, case, target):
+        if self._isolated:
+            return isolation.check(self._inv, case, target, self._timeout)
+        return self._inv.check(case, target)
 
 
 @pytest.mark.parametrize("inv,op", PAIRS)
@@ -61,7 +68,6 @@ def test_property(inv, op, target, request):
     inv = _TagsCase(inv, isolated, request.config.getoption("isolate_timeout", isolation.DEFAULT_TIMEOUT), pending,
                     known, request.config.getoption("isolate_crash_budget", isolation.CRASH_BUDGET))
     stats = [0, 0.0]
-    refusals.reset()
 
     @given(data=st.data())
     def check(data):
@@ -87,14 +93,15 @@ def test_property(inv, op, target, request):
     try:
         check()
     except errors.Unsatisfiable as e:  # nothing the law could judge: say why
-        if refusals.count and not target.declares_refusals:
+        if inv.record.refused and not target.declares_refusals:
             # a refusal is a module's deliberate answer, declared; undeclared, a law that judged
             # nothing is a failure (a broken call raising NotImplementedError must not go green)
-            pytest.fail(f"the law judged no example: {refusals.describe()}, and {target.name} does not declare "
-                        "SUITE_REFUSALS. If those inputs are deliberately unsupported, list the exception types in "
+            pytest.fail(f"the law judged no example: {inv.record.describe_refusals()}, and {target.name} does not "
+                        "declare SUITE_REFUSALS. If those inputs are deliberately unsupported, list the exception types in "
                         "the module's SUITE_REFUSALS (the law is then skipped); otherwise the function is broken.",
                         pytrace=False)
-        pytest.skip(f"no example satisfied the law's preconditions ({refusals.describe()}): {str(e).splitlines()[0]}")
+        pytest.skip(f"no example satisfied the law's preconditions ({inv.record.describe_refusals()}): "
+                    f"{str(e).splitlines()[0]}")
     except isolation.CrashBudgetSpent as spent:  # the smallest crash seen, reported without further shrinking
         save(spent.failure)
         raise spent.failure from None
@@ -107,6 +114,6 @@ def test_property(inv, op, target, request):
         if pending is not None:
             pending.close()
         request.node.user_properties.append(("softmax_stats", (stats[0], stats[1])))
-        request.node.user_properties.append(("softmax_ulps", dict(WORST_ULP)))
+        request.node.user_properties.append(("softmax_ulps", inv.record.worst))
         request.node.user_properties.append(("softmax_compiles", isolation.total_compiles() if isolated
                                              else isolation.compile_counts()))

@@ -1,5 +1,6 @@
 """What the laws share: calling the target (refusals discard an example), comparing an output with
-its truth or with another output, poisoned allocations, and the run's error statistics."""
+its truth or with another output, poisoned allocations, and the error statistics of the check
+(kept in its record: properties/record.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -9,41 +10,9 @@ import hypothesis
 import torch
 from hypothesis import reject
 
-from .. import tolerances as T
+from .. import record, tolerances
 from ..failures import WrongOutput
 from ._registry import fail
-
-# (op, dtype) -> {statistic: largest value}: the oracle laws' error as a fraction of each tier's
-# bound, in ulps of the reference, and torch's own error on the same inputs (plugin summary)
-WORST_ULP: dict = {}
-
-
-class _Refusals:
-    """The target's refusals within one test: how many, and the first one's message, so a test
-    whose every example the target refused is skipped with the target's own reason."""
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self):
-        self.count, self.first = 0, None
-
-    def add(self, e: BaseException):
-        self.add_message(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-
-    def add_message(self, message: str):
-        """A refusal described by its message (one made in the isolation worker)."""
-        self.count += 1
-        if self.first is None and message:
-            self.first = message
-
-    def describe(self) -> str:
-        if not self.count:
-            return "the target refused none"
-        return f"the target refused {self.count} example(s), the first with {self.first}"
-
-
-refusals = _Refusals()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -54,7 +23,7 @@ def run(target, op, *tensors, **kw):
     try:
         return target.call(op, *tensors, **kw)
     except target.refusals as e:
-        refusals.add(e)
+        record.refused(e)
         reject()
 
 
@@ -163,14 +132,15 @@ def assert_close(case, target, out, ref, tol, what, call=None, only=None, dtype=
     """out within tol of ref (tolerances.compare) for an output of dtype (default: the op's output
     dtype); only: a bool mask (broadcast to ref) of the elements the law covers, None for all."""
     tol = torch.nan_to_num(tol, nan=0.0)  # compare's reading of a NaN bound, so the report shows it
-    bad = T.compare(out, ref, tol, dtype or case.spec.out_dtype(case.dtype))
+    bad = tolerances.compare(out, ref, tol, dtype or case.spec.out_dtype(case.dtype))
     if only is not None:
         bad = bad & only
     if bool(bad.any()):
         i = worst(bad, (out.double() - ref).abs() / tol.clamp_min(1e-300))
         of = "" if out_name == "out" else f" of {out_name}"
         fail(case, target, f"{what}: {int(bad.sum())} of {bad.numel()} elements{of} out of bounds "
-             f"(worst: {T.mismatch(out[i], ref[i], tol[i])})", i, ref[i], out[i], tol[i], call, out_name=out_name)
+             f"(worst: {tolerances.mismatch(out[i], ref[i], tol[i])})", i, ref[i], out[i], tol[i], call,
+             out_name=out_name)
 
 
 def assert_bitwise(case, target, a, b, what, call=None, out_name="out"):
@@ -209,7 +179,7 @@ def assert_structure(case, target, out, want, what, call=None):
 
 def expect_outputs(case, target, out, truth, what="outputs", call=None):
     """out has the outputs truth describes: their number, shapes, dtypes (any the tier accepts:
-    Expected.dtypes) and device."""
+    OutputTruth.dtypes) and device."""
     assert_structure(case, target, out, [(e.name, e.ref.shape, e.dtypes if e.also else e.dtype, e.ref.device)
                                          for e in truth.outputs], what, call)
 
@@ -241,14 +211,6 @@ def check_oracle(case, target, poisoned=False, strict=False):
 # ----------------------------------------------------------------------------------------------
 # the run's error statistics (the plugin's summary)
 # ----------------------------------------------------------------------------------------------
-def record_worst(op, dtype, **stats):
-    """Keep the largest value of each statistic per (op, dtype) for the run's summary."""
-    d = WORST_ULP.setdefault((op, str(dtype).replace("torch.", "")), {})
-    for k, v in stats.items():
-        if v == v:  # not NaN
-            d[k] = max(d.get(k, 0.0), float(v))
-
-
 def record_error(case, target, args, out, truth):
     """Feed the run's summary with the first output's error: as a fraction of the default and
     strict bounds, in ulps of the reference, and torch's own error on the same inputs as a
@@ -264,7 +226,7 @@ def record_error(case, target, args, out, truth):
         return
     err = (got.double() - e.ref).abs()[fin]
     frac = (err / e.tol[fin].clamp_min(1e-300)).max().item()
-    stats = dict(default=frac, ulps=(err / T.ulp(e.ref[fin], e.dtype)).max().item())
+    stats = dict(default=frac, ulps=(err / tolerances.ulp(e.ref[fin], e.dtype)).max().item())
     spec = case.spec
     if args is not None:
         tol_s = spec.truth(case, args, strict=True).outputs[0].tol
@@ -277,7 +239,7 @@ def record_error(case, target, args, out, truth):
                     stats["torch"] = ((t_out - e.ref).abs()[t_fin] / e.tol[t_fin].clamp_min(1e-300)).max().item()
             except Exception:  # torch does not offer this case (e.g. a dtype on this device): no figure
                 pass
-    record_worst(case.op, case.dtype, **stats)
+    record.record_worst(case.op, case.dtype, **stats)
     try:  # steer the search towards the worst case; only valid inside a @given test
         hypothesis.target(frac, label=f"bound used {case.op} {str(case.dtype).replace('torch.', '')}")
     except hypothesis.errors.InvalidArgument:

@@ -9,7 +9,7 @@ import zlib
 import torch
 from hypothesis import assume
 
-from .. import tolerances as T
+from .. import tolerances
 from ..strategies import MANY_ROWS
 from ._checks import (assert_bitwise, bits_equal, call_op, check_oracle, expect_outputs, inputs_written_late, outputs,
                       poisoned_allocations, storage_bases, worst)
@@ -274,9 +274,8 @@ def autograd_composition(case, target):
         refs.append(r)
         tols.append(t_)
     ref = g0.double() + refs[0] + refs[1]
-    size = g0.double().abs() + refs[0].abs() + refs[1].abs() + tols[0] + tols[1]
-    tol = tols[0] + tols[1] + T.ulp(torch.nan_to_num(size, nan=0.0, posinf=0.0), case.dtype)
-    bad = T.compare(x.grad, ref, tol, case.dtype)
+    tol = tolerances.accumulated_bound(g0, refs, tols, case.dtype)
+    bad = tolerances.compare(x.grad, ref, tol, case.dtype)
     if only is not None:
         bad = bad & only
     if bool(bad.any()):
@@ -314,7 +313,7 @@ def _assert_vjp(case, target, gx, x, rest, g, y, what: str, call: str):
         got = None if gx is None else (tuple(gx.shape), gx.dtype)
         fail(case, target, f"{what} is {got}, expected shape {tuple(x.shape)} and {x.dtype}", call=call)
     ref, tol, only = case.spec.grad_truth(case, [x, *rest], g, y.detach())
-    bad = T.compare(gx, ref, tol, case.dtype)
+    bad = tolerances.compare(gx, ref, tol, case.dtype)
     if only is not None:
         bad = bad & only
     if bool(bad.any()):

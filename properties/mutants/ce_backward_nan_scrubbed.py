@@ -3,7 +3,7 @@ stored as 0): a row poisoned by a NaN or +inf logit, or holding only -inf, gets 
 and the poison in the logits goes unnoticed in training. The default tier accepts finite values
 beside the NaN in such a row (exp(x - lse) - onehot gives [nan, 0] for logits [inf, 0]), but not
 a row with its NaN gone: the positions of the poisoning logits must stay NaN
-(truth.nan_rows_keep_their_nan)."""
+(families/cross_entropy/truth.py, nan_rows_keep_their_nan)."""
 import triton
 import triton.language as tl
 

@@ -1,7 +1,7 @@
 """cross_entropy whose per-row losses are float32 (float64 for float64 logits) before the mean,
 as torch's and most fused kernels are: lse - x_t of 2 finfo(float32).max is inf, so the mean of
 rows holding logits of +-finfo.max is inf where the exact mean is finite. The default tier
-accepts it (truth.ce_default_mask); the strict tier's overflow-free mean does not."""
+accepts it (families/cross_entropy/truth.py, ce_default_mask); the strict tier's overflow-free mean does not."""
 import torch
 import torch.nn.functional as F
 

@@ -1,7 +1,7 @@
 """softmax_backward by its textbook formula dx = y (dy - sum(y dy)) in float32 (float64 for
 float64), unscaled: for cotangents near finfo.max, dy_i - sum(y dy) overflows and the result is
 -inf or NaN where the exact VJP is finite (y_i tiny). torch's own CPU and CUDA backward do this,
-and so do most kernels: the default tier accepts it (tolerances.vjp_in_range), the strict tier's
+and so do most kernels: the default tier accepts it (families/softmax/bounds.py, vjp_in_range), the strict tier's
 overflow-free guarantee does not."""
 import torch
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from .. import ops  # noqa: F401 - registers the built-in ops the cases name
-from .. import tolerances as T
-from .. import truth
-from ..case import CECase
-from ..strategies import Input, Layout, Logits, Targets, DLoss
+from .. import families  # noqa: F401 - registers the built-in ops the cases name
+from .. import tolerances
+from ..families.cross_entropy import truth
+from ..families.cross_entropy.case import CECase
+from ..families.cross_entropy.strategies import DLoss, Targets
+from ..strategies import Input, Layout, Logits
 
 
 def _ce(op, dtype, rows, cols, fill, patches=(), family="moderate", batch=None, targets=(0,), reduction="mean",
@@ -50,7 +51,7 @@ def test_mean_over_many_rows_in_any_order():
     ref, tol = truth.ce_truth(case, args)
     got = 0.6931542754173279
     assert abs(got - float(ref)) <= float(tol)
-    _, tol_strict = truth.ce_truth(case, args, depth=T.depth, strict=True)
+    _, tol_strict = truth.ce_truth(case, args, depth=tolerances.depth, strict=True)
     assert abs(got - float(ref)) > float(tol_strict)
     assert abs(float(ref) * 0.99 - float(ref)) > float(tol)
 
@@ -90,9 +91,9 @@ def test_bfloat16_smoothed_loss_from_rounded_log_probabilities():
         args = case.tensors("cpu")
         ref, tol = truth.ce_truth(case, args)
         assert abs(got - float(ref)) <= float(tol), (row, float(ref), float(tol))
-        _, tol_strict = truth.ce_truth(case, args, depth=T.depth, strict=True)
+        _, tol_strict = truth.ce_truth(case, args, depth=tolerances.depth, strict=True)
         assert abs(got - float(ref)) > float(tol_strict)
-        two_ulps = 2 * float(T.ulp(ref.reshape(1), torch.bfloat16)[0])
+        two_ulps = 2 * float(tolerances.ulp(ref.reshape(1), torch.bfloat16)[0])
         assert abs(got - two_ulps - float(ref)) > float(tol), (row, got - two_ulps, float(ref), float(tol))
 
 
@@ -109,9 +110,9 @@ def test_bfloat16_mean_gradient_scaled_in_the_dtype():
         ref, tol = truth.ce_truth(case, args)
         r, e = float(ref[0, 0]), float(tol[0, 0])
         assert abs(got - r) <= e, (rows, r, e)
-        _, tol_strict = truth.ce_truth(case, args, depth=T.depth, strict=True)
+        _, tol_strict = truth.ce_truth(case, args, depth=tolerances.depth, strict=True)
         assert abs(got - r) > float(tol_strict[0, 0])
-        two_ulps = 2 * float(T.ulp(ref[0, 0].reshape(1), torch.bfloat16)[0])
+        two_ulps = 2 * float(tolerances.ulp(ref[0, 0].reshape(1), torch.bfloat16)[0])
         assert abs(got - two_ulps - r) > e, (rows, got - two_ulps, r, e)
 
 

@@ -136,7 +136,7 @@ def test_a_failure_reads_message_first_without_the_runners_source(tmp_path):
     head = report.splitlines()[1:4]  # "N distinct failures" and a rule may come first
     assert any(line.split(":")[0] in KINDS and "[matches_oracle] (default tier)" in line for line in head), report
     assert "def test_property" not in out and "def check" not in out, out
-    assert "reproducer:" in report and "law: properties/invariants/softmax.py:" in report, report
+    assert "reproducer:" in report and "law: properties/families/softmax/laws.py:" in report, report
     assert "from hypothesis import reproduce_failure" in report, report
     rc, out = _suite(tmp_path, "nomax", "-k", ONE, "--properties-examples", "50", "--tb=long")
     # --tb brings pytest's own report back: the runner's source for one failure, Python's

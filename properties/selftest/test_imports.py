@@ -1,5 +1,6 @@
-"""The import graph of kernels/, oracles/ and properties/ has no cycle, and no module imports a
-test module.
+"""The import graph of kernels/, oracles/ and properties/ has no cycle, no module imports a test
+module, and each op family (properties/families/) imports the core and the families it composes
+only.
 
 The graph is read from the source with ``ast``: an edge a -> b for every import of b anywhere in
 a, at module level and inside functions alike (a function-level import defers the dependency, it
@@ -161,3 +162,79 @@ def test_the_graph_covers_the_folder(name):
     graph = import_graph()
     files = sum(1 for _, _, fs in os.walk(os.path.join(ROOT, name)) for f in fs if f.endswith(".py"))
     assert sum(1 for m in graph if m == FOLDERS[name] or m.startswith(FOLDERS[name] + ".")) == files
+
+
+FAMILIES = "softmax_properties.properties.families"
+
+
+def _family_of(module: str):
+    """The family package a module belongs to (None for the core and for the families package)."""
+    if not module.startswith(FAMILIES + "."):
+        return None
+    return module[len(FAMILIES) + 1:].partition(".")[0]
+
+
+def composes(family: str) -> set:
+    """The families whose public modules a family may import: the COMPOSES of its __init__."""
+    path, _ = project_modules()[f"{FAMILIES}.{family}"]
+    for node in ast.parse(open(path).read()).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "COMPOSES" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError(f"{path}: a family's __init__ names the families it composes: COMPOSES = (...)")
+
+
+def _core(module: str) -> bool:
+    """A module of the suite that is no family, test, mutant or broken sample target: what every
+    family builds on."""
+    if not module.startswith("softmax_properties.properties") or module == FAMILIES or _family_of(module):
+        return False
+    parts = module.split(".")[2:]
+    return not any(p in ("selftest", "mutants", "faulty") or p.startswith("test_") for p in parts)
+
+
+def _is_package(module: str) -> bool:
+    found = project_modules().get(module)
+    return found is None or found[1]  # an unknown module (a test's graph): a package
+
+
+def family_import_violations(graph: dict) -> list:
+    """A family (a module, or a package of modules) imports the core, and of another family only
+    what a family it names in its COMPOSES offers (a module family itself, a package family's
+    modules, not the package, which registers it). The core imports no family module,
+    only the families package (which registers them all). Tests and mutants may import anything."""
+    bad = []
+    for a, deps in graph.items():
+        fa = _family_of(a)
+        for b in deps:
+            fb = _family_of(b)
+            if fb is None or fb == fa or not (fa or _core(a)):
+                continue
+            if fa is None:
+                bad.append(f"{a} (the core) imports the family module {b}: import the families package instead")
+            elif fb not in composes(fa):
+                bad.append(f"{a} imports {b}, of the family {fb}, which {fa}'s COMPOSES does not name")
+            elif b == f"{FAMILIES}.{fb}" and _is_package(b):
+                bad.append(f"{a} imports the package of the family {fb}: import the module it composes")
+    return sorted(bad)
+
+
+def test_families_import_the_core_and_what_they_compose():
+    graph = import_graph()
+    families = {_family_of(m) for m in graph} - {None}
+    assert {"softmax", "merge", "merge_states", "cross_entropy"} <= families, families
+    bad = family_import_violations(graph)
+    assert not bad, "\n  ".join(["family imports:"] + bad)
+
+
+def test_the_family_rule_catches_a_crossing():
+    """A family reaching into another it does not compose, and the core reaching into a family,
+    are both reported; composing a named family's module, or a test importing a family, is not."""
+    f = FAMILIES
+    graph = {f"{f}.merge_states.laws": {f"{f}.merge.laws", "softmax_properties.properties.spec"},
+             f"{f}.cross_entropy.truth": {f"{f}.softmax.truth"},
+             "softmax_properties.properties.plugin": {f"{f}.softmax.laws", f},
+             f"{f}.merge.laws": {f"{f}.merge.case"},
+             "softmax_properties.properties.selftest.test_x": {f"{f}.softmax.laws"}}
+    bad = family_import_violations(graph)
+    assert len(bad) == 2, bad
+    assert any("cross_entropy's COMPOSES" in b for b in bad) and any("(the core)" in b for b in bad), bad

@@ -21,7 +21,8 @@ from .. import interpreter, isolation, replay
 from ..case import Case, fail
 from ..failures import (Differs, OutOfTolerance, PropertyFailure, Raised, TargetCrashed, UnexpectedFinite,
                        UnexpectedInf, UnexpectedNaN, WrongNonFinite, WrongOutput, failure_class)
-from ..invariants import WORST_ULP, law
+from ..invariants import law
+from ..record import recording
 from ..ops import Target
 from ..strategies import Input, Layout, Logits
 from ..targets import OWN_KERNELS
@@ -99,15 +100,16 @@ def test_worker_server_imports_the_suite_without_querying_cuda():
 @pytest.mark.filterwarnings("ignore:Using `reject` outside")  # the refusal's reject(), here outside @given
 def test_worker_outcomes_match_in_process(monkeypatch):
     """Every outcome of a check in the worker: a pass (its hypothesis.target observation and
-    WORST_ULP update replayed here), a PropertyFailure (same class and message as in-process), a
+    record merged into this process's), a PropertyFailure (same class and message as in-process), a
     refusal (rejected), an exception (Raised, by type and line, with the worker's traceback), a
     segfault and a hang (TargetCrashed, with where the worker was), and a restart after each."""
     target = Target("softmax_properties.properties.faulty.misbehaves")
     seen = []
     monkeypatch.setattr(hypothesis, "target", lambda v, label="": seen.append((v, label)))
-    WORST_ULP.pop(("softmax", "float64"), None)
-    isolation.check(MATCHES_ORACLE, _case(4, dtype=torch.float64), target)
-    assert [label for _, label in seen] == ["bound used softmax float64"] and ("softmax", "float64") in WORST_ULP
+    with recording() as rec:
+        isolation.check(MATCHES_ORACLE, _case(4, dtype=torch.float64), target)
+    assert [label for _, label in seen] == ["bound used softmax float64"]
+    assert list(rec.worst) == [("softmax", "float64")]
 
     here = _raised(lambda: MATCHES_ORACLE.check(_case(9), target))
     there = _raised(lambda: isolation.check(MATCHES_ORACLE, _case(9), target))
@@ -250,14 +252,14 @@ def test_cuda_errors_are_attributed_to_their_example(monkeypatch, raises, async_
     """The worker's CUDA path, without a GPU: torch.cuda.synchronize and the context probe are
     stand-ins. An error of the example's own launches ends that example (the worker synchronizes
     after every check), and a lost context makes it a crash, not an ordinary exception."""
-    from .. import failures
+    from .. import record
     from ..invariants import Invariant, _registry
 
     def check(case, target):
         if raises == "fail":
             fail("fake", case, target, "garbage", (0,), 1.0, 2.0, 0.1)
         if raises == "accept":
-            failures.accept_context_loss()
+            record.accept_context_loss()
             return
         if raises is not None:
             raise raises

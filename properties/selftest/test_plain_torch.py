@@ -8,7 +8,7 @@ torch's conventions are not bugs.
   16 bits (torch.logsumexp of bfloat16 input, directly) stays below the bar.
 * A cross-entropy gradient formed as exp(x - lse) - onehot keeps its NaN only where the logits
   poison the row ([inf, 0] gives [nan, 0]): every law judges it by the same rule
-  (truth.nan_rows_keep_their_nan), and a gradient with the NaN scrubbed away still fails.
+  (families/cross_entropy/truth.py, nan_rows_keep_their_nan), and a gradient with the NaN scrubbed away still fails.
 
 The direct cases run in well under a second each; the default laws then run on the module with a
 few examples each, the laws that once failed it among them."""
@@ -21,15 +21,17 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from .. import strategies as S, tolerances as T
-from ..case import Case, CECase
+from .. import strategies as S, tolerances
+from ..case import Case
+from ..families.cross_entropy.case import CECase
+from ..families.cross_entropy.strategies import DLoss, Targets
 from ..failures import OutOfTolerance, PropertyFailure, WrongOutput
 from ..invariants import law
 from ..invariants._checks import assert_close
 from ..invariants._registry import checking
 from ..mutants import ce_backward_nan_scrubbed
 from ..ops import OPS, Target
-from ..strategies import DLoss, Input, Layout, Logits, Targets
+from ..strategies import Input, Layout, Logits
 from . import plain_torch
 
 inf, nan = math.inf, math.nan
@@ -110,7 +112,7 @@ def test_a_bound_is_never_nan_and_an_exact_match_is_asked_where_the_truth_is_nan
     for name in ("softmax", "log_softmax", "logsumexp"):
         e = OPS[name].truth(Case(name, torch.float32, case.inputs), [x])[0]
         assert not bool(torch.isnan(e.tol).any()) and bool((e.tol[torch.isnan(e.ref)] == 0).all()), (name, e.tol)
-    ref, tol = OPS["log_softmax"].reference(torch.float32, [x], T.depth_any)
+    ref, tol = OPS["log_softmax"].truth_at(torch.float32, [x], tolerances.depth_any)
     assert not bool(torch.isnan(tol).any())
     same = torch.zeros(2, 2, dtype=torch.float64)
     with checking("layout_invariance", "default"):
@@ -122,8 +124,9 @@ def test_a_bound_is_never_nan_and_an_exact_match_is_asked_where_the_truth_is_nan
     assert "nan" not in str(e.value).split("reproducer")[0].split("tolerance=")[1], e.value
     # a NaN bound formed elsewhere is read as an exact match, not as 'out of bounds' of NaN
     nan_tol = torch.full((2,), nan, dtype=torch.float64)
-    assert not bool(T.compare(torch.zeros(2), torch.zeros(2, dtype=torch.float64), nan_tol, torch.float32).any())
-    assert bool(T.compare(torch.ones(2), torch.zeros(2, dtype=torch.float64), nan_tol, torch.float32).all())
+    zeros = torch.zeros(2, dtype=torch.float64)
+    assert not bool(tolerances.compare(torch.zeros(2), zeros, nan_tol, torch.float32).any())
+    assert bool(tolerances.compare(torch.ones(2), torch.zeros(2, dtype=torch.float64), nan_tol, torch.float32).all())
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,13 +19,15 @@ from hypothesis import HealthCheck, errors, find, given, settings, strategies as
 
 from softmax_properties import oracles
 
-from .. import strategies as S, truth
+from .. import replay, strategies as S
+from ..families.softmax import strategies as SM, truth
 from ..applicability import device_reason, skip_reason
 from ..case import Case
 from ..failures import PropertyFailure
 from ..invariants import law, laws_for
 from ..ops import OPS, Target
 from ..spec import OpSpec, lookup, register, registered
+from ..strategies import Input, Layout, Logits
 
 TEMPERATURES = (0.25, 0.5, 1.0, 2.0, 4.0)  # powers of two: x / T is exact wherever it does not overflow
 
@@ -49,21 +51,21 @@ def _with_temperature(draw, case):
 
 
 def draw_toy(draw, spec, families=None, max_cols=None):
-    return _with_temperature(draw, S.logit_case(draw, spec, families, max_cols))
+    return _with_temperature(draw, SM.logit_case(draw, spec, families, max_cols))
 
 
 def draw_toy_many_rows(draw, spec):
-    return _with_temperature(draw, S.many_row_logit_case(draw, spec))
+    return _with_temperature(draw, SM.many_row_logit_case(draw, spec))
 
 
 def toy_oracle(x, temperature=1.0):
     return oracles.softmax(x.double() / temperature)
 
 
-def toy_reference(dtype, args, depth, temperature=1.0):
+def toy_truth_at(dtype, args, depth, temperature=1.0):
     """softmax's bound at the scaled logits x / T: a kernel that divides by a power of two T does
     so exactly (in float64 here), so softmax's error analysis holds for x / T as it stands."""
-    return truth.softmax_reference(dtype, [args[0].double() / temperature], depth)
+    return truth.softmax_truth_at(dtype, [args[0].double() / temperature], depth)
 
 
 def torch_softmax_t(x, dim=-1, temperature=1.0):
@@ -72,7 +74,7 @@ def torch_softmax_t(x, dim=-1, temperature=1.0):
 
 TOY = OpSpec(
     name="softmax_t", family="softmax", args=("x",), oracle=toy_oracle, truth=truth.logits_truth, cases=draw_toy,
-    many_rows=draw_toy_many_rows, reference=toy_reference, differentiable=True, has_dim=True,
+    many_rows=draw_toy_many_rows, truth_at=toy_truth_at, differentiable=True, has_dim=True,
     out_range=(0.0, 1.0), normalized=True, torch_ref=torch_softmax_t,
     semantics=(("temperature 2 halves the logits", (torch.tensor([[0.0, math.log(9)]], dtype=torch.float64),),
                 {"temperature": 2.0}, (torch.tensor([[0.25, 0.75]], dtype=torch.float64),)),
@@ -217,3 +219,25 @@ def test_registration_rejects_bad_specs():
                         forward="softmax_u"))
     with pytest.raises(KeyError, match="unknown op 'softmax_u': registered ops are softmax, "):
         lookup("softmax_u")
+
+
+def test_a_toy_family_case_replays(tmp_path):
+    """A failing case of an op registered outside the built-in families, of the case type
+    registered with it (this module's TemperatureCase), is written as a replay file that loads
+    back to the same case and replays its law: PASS on the toy implementation, FAIL on one that
+    ignores the temperature. Unregistered, the op's file is refused by name."""
+    broken = tmp_path / "toy_ignores_temperature.py"
+    broken.write_text("import torch\n\nSUITE_REFUSALS = ()\n\n\n"
+                      "def softmax_t(x, dim=-1, temperature=1.0):\n    return torch.softmax(x.double(), dim).to(x.dtype)\n")
+    row = Logits(1, 2, "float32", ("const", 0.0), ((0, 0, 1, 3.0),), family="moderate")
+    case = TemperatureCase("softmax_t", torch.float32, (Input(row, (), Layout()),), 0.25)
+    path = tmp_path / "saved.py"
+    with registered(TOY):
+        path.write_text(replay.render("matches_oracle", __name__, case, "", str(path)))
+        inv, loaded, failed_on = replay.load(str(path))
+        assert (inv, loaded, failed_on) == ("matches_oracle", case, __name__) and type(loaded) is TemperatureCase
+        assert replay.replay(inv, loaded, __name__)[0] == "PASS"
+        status, text = replay.replay(inv, loaded, str(broken))
+        assert status == "FAIL" and "temperature=0.25" in text, text
+    with pytest.raises(ValueError, match=r"CASE must be a case of a registered op"):
+        replay.load(str(path))

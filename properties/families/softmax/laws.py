@@ -11,13 +11,15 @@ from hypothesis import assume
 
 from softmax_properties import oracles
 
-from .. import tolerances as T
-from ..failures import WrongOutput
-from ..spec import lookup
-from ..strategies import GRID_SHIFT, MASKED_CHUNKS
-from ..truth import reference, rounded_forward_effect
-from ._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
-from ._registry import fail, invariant
+from ... import tolerances
+from ...tolerances import agree
+from ...failures import WrongOutput
+from ...spec import lookup
+from ...strategies import GRID_SHIFT, MASKED_CHUNKS
+from ...truth import truth_at
+from ...invariants._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
+from ...invariants._registry import fail, invariant
+from . import bounds as B
 
 
 def softmax_family(op) -> bool:
@@ -66,10 +68,10 @@ def named(name: str):
     return applies
 
 
-def ref_tol(case, args, depth=T.depth_any, returned=None):
+def ref_tol(case, args, depth=tolerances.depth_any, returned=None):
     """(reference, tolerance) of the case's op at these arguments, with the case's options;
     returned: the dtype the target returned the output in (truth.returned_bound)."""
-    return reference(case.op, case.dtype, args, depth, returned=returned, **case.kwargs())
+    return truth_at(case.op, case.dtype, args, depth, returned=returned, **case.kwargs())
 
 
 @invariant(softmax_family, strict="matches_oracle_strict")
@@ -91,14 +93,13 @@ def matches_oracle(case, target, strict=False):
 @invariant(normalized)
 def unit_row_sums(case, target):
     """sum_i y_i = 1 for every finite row of a normalized op (softmax), summed in FP64. Bound:
-    |sum(y) - 1| <= sum_i tol_i (each y_i is within tol_i of the oracle, whose row sums to 1
-    within D * 2**-53)."""
+    bounds.unit_row_sum_bound (each y_i is within tol_i of the oracle)."""
     (x,) = case.tensors(target.device)
     y = op_call(case, target, x).double()
     ref, tol = ref_tol(case, [x])
     rows = finite_rows(x) & torch.isfinite(ref).all(-1) if x.shape[-1] else finite_rows(x)
     err = (y.sum(-1) - 1).abs()
-    bound = tol.sum(-1) + x.shape[-1] * 2.0**-52
+    bound = B.unit_row_sum_bound(tol, x.shape[-1])
     bad = rows & ~(err <= bound)
     if x.shape[-1] and bool(bad.any()):
         i = worst(bad, err / bound)
@@ -140,20 +141,22 @@ def shift_invariance(case, target, strict=False):
     if case.spec.reduces:  # the output moves by c: lse(x + c) = lse(x) + c
         ref, tol = ref_tol(case, [x], returned=a.dtype)
         _, tol2 = ref_tol(case, [xs], returned=b.dtype)
-        tol = tol + tol2 + T.ulp(ref.abs() + abs(c), a.dtype)
+        tol = agree(tol, tol2, formed=ref.abs() + abs(c), dtype=a.dtype)
         assert_close(case, target, b.double() - c, a.double(), tol,
                      f"logsumexp(x + {c}) - {c} != logsumexp(x)", call, dtype=a.dtype)
     elif strict:
         assert_bitwise(case, target, b, a, f"{case.op}(x + {c}) != {case.op}(x)", call)
     else:
         _, tol = ref_tol(case, [x])
-        assert_close(case, target, b.double(), a.double(), 2 * tol, f"{case.op}(x + {c}) != {case.op}(x)", call)
+        assert_close(case, target, b.double(), a.double(), agree(tol, tol), f"{case.op}(x + {c}) != {case.op}(x)",
+                     call)
 
 
 @invariant(forward)
 def permutation_equivariance(case, target):
     """op(x[..., p]) == op(x)[..., p] (logsumexp: unchanged) for a reversal-and-rotation p of the
-    columns. Summation order may differ, so each side is held to its oracle bound: |a - b| <= 2 tol."""
+    columns. Summation order may differ, so each side is held to its oracle bound:
+    agree(tol, tol)."""
     (x,) = case.tensors(target.device)
     D = x.shape[-1]
     assume(D >= 2)
@@ -163,7 +166,7 @@ def permutation_equivariance(case, target):
     ref, tol = ref_tol(case, [x], returned=b.dtype)
     if not case.spec.reduces:
         b, ref, tol = b[..., p], ref[..., p], tol[..., p]
-    assert_close(case, target, a.double(), b.double(), 2 * tol,
+    assert_close(case, target, a.double(), b.double(), agree(tol, tol),
                  "permuting the columns changed the result",
                  f"p = torch.roll(torch.arange({D - 1}, -1, -1, device=x.device), {D // 3})  # reversed, then rolled\n"
                  f"out = target.{case.op}(x[..., p])  # vs target.{case.op}(x)"
@@ -206,17 +209,17 @@ def constant_row_uniform(case, target):
            needs=("op:logsumexp",))
 def log_softmax_is_x_minus_logsumexp(case, target):
     """log_softmax(x) == x - logsumexp(x) (each from the target), within tol(log_softmax) +
-    tol(logsumexp) (at the dtype logsumexp returned) + rounding of the subtraction (u |x - lse|,
-    in float64 here)."""
+    tol(logsumexp) (at the dtype logsumexp returned) + rounding of the subtraction
+    (tolerances.agree)."""
     (x,) = case.tensors(target.device)
     assume(x.shape[-1] >= 1)
     z = run(target, "log_softmax", x).double()
     lse = run(target, "logsumexp", x)
-    _, tl_ = reference("logsumexp", case.dtype, [x], returned=lse.dtype)
+    _, tl_ = truth_at("logsumexp", case.dtype, [x], returned=lse.dtype)
     lse = lse.double()
     rhs = x.double() - lse[..., None]
-    _, tz = reference("log_softmax", case.dtype, [x])
-    tol = tz + tl_[..., None] + T.ulp(rhs, case.dtype)
+    _, tz = truth_at("log_softmax", case.dtype, [x])
+    tol = agree(tz, tl_[..., None], formed=rhs, dtype=case.dtype)
     rows = finite_rows(x)
     rhs = torch.where(rows[..., None], rhs, z)  # edge rows are the oracle invariant's business
     assert_close(case, target, z, rhs, tol,
@@ -225,16 +228,15 @@ def log_softmax_is_x_minus_logsumexp(case, target):
 
 @invariant(named("log_softmax"), needs=("op:softmax",))
 def exp_log_softmax_is_softmax(case, target):
-    """exp(log_softmax(x)) == softmax(x), within tol(softmax) + exp(z) * tol(log_softmax) * (1 + tol)
-    (the first-order effect of z's error through exp)."""
+    """exp(log_softmax(x)) == softmax(x), within tol(softmax) + z's error through exp
+    (bounds.exp_log_softmax_bound)."""
     (x,) = case.tensors(target.device)
     z = run(target, "log_softmax", x).double()
     y = run(target, "softmax", x).double()
-    _, tz = reference("log_softmax", case.dtype, [x])
-    _, ty = reference("softmax", case.dtype, [x])
+    _, tz = truth_at("log_softmax", case.dtype, [x])
+    _, ty = truth_at("softmax", case.dtype, [x])
     ez = torch.exp(z)
-    tol = ty + ez * torch.expm1(tz.clamp_max(700))
-    tol = torch.nan_to_num(tol, nan=math.inf)
+    tol = B.exp_log_softmax_bound(ty, ez, tz)
     assert_close(case, target, ez, y, tol, "exp(log_softmax(x)) != softmax(x)",
                  "out = target.log_softmax(x).double().exp()  # vs target.softmax(x)")
 
@@ -246,7 +248,7 @@ def exp_log_softmax_is_softmax(case, target):
 def vjp_rows_sum_to_zero(case, target):
     """The VJP of a shift-invariant map sums to zero over each row. With the given (rounded) y:
     sum(dx) = dot * (1 - sum(y)) exactly (softmax); sum(dz) * (1 - sum(exp z)) (log_softmax).
-    Bound: that term (computed in FP64) + sum_i tol_i. Rows with non-finite inputs, or whose
+    Bound: bounds.vjp_row_sum_bound (sum_i tol_i and the FP64 sums'). Rows with non-finite inputs, or whose
     exact VJP overflows the dtype, are left to matches_oracle; so are rows beyond ordinary
     magnitude (tolerances.vjp_in_range, the strict tier's)."""
     a, g = case.tensors(target.device)
@@ -263,9 +265,9 @@ def vjp_rows_sum_to_zero(case, target):
         expected = (g64 / s).sum(-1) * (1 - torch.exp(a64).sum(-1))
     # rows whose exact VJP overflows the dtype are excluded: there inf is the right output
     fits = (ref.abs() <= torch.finfo(case.dtype).max).all(-1)
-    rows = finite_rows(a) & finite_rows(g) & fits & T.vjp_in_range(case.op, a64, g64, case.dtype)
+    rows = finite_rows(a) & finite_rows(g) & fits & B.vjp_in_range(case.op, a64, g64, case.dtype)
     total = (dx / s).sum(-1)
-    bound = (tol / s).sum(-1) + 4 * a.shape[-1] * 2.0**-53 * ((ref / s).abs().sum(-1) + expected.abs())
+    bound = B.vjp_row_sum_bound(tol / s, ref / s, expected, a.shape[-1])
     bad = rows & ~((total - expected).abs() <= bound)
     if a.shape[-1] and bool(bad.any()):
         i = worst(bad, (total - expected).abs() / bound)
@@ -283,7 +285,7 @@ def softmax_vjp_within_cotangent_spread(case, target):
     Unlike matches_oracle, the law does not rest on the FP64 oracle's value: at y = [1, 0],
     dy = [-max, max] (float64) a kernel and an oracle that both form 0 * inf read NaN alike. In
     units of s, the power of two above max|g| (no float64 overflow); the bound is evaluated in
-    float64, with a relative slack of (D + 4) 2**-52 for that. Rows with non-finite inputs are left
+    float64 (bounds.cotangent_spread_bound). Rows with non-finite inputs are left
     to matches_oracle, rows beyond ordinary magnitude (tolerances.vjp_in_range) to
     matches_oracle_strict."""
     a, g = case.tensors(target.device)
@@ -297,8 +299,8 @@ def softmax_vjp_within_cotangent_spread(case, target):
     gs = g64 / s
     spread = gs.amax(-1, keepdim=True) - gs.amin(-1, keepdim=True)
     exact = y.abs() * (y.abs().sum(-1, keepdim=True) * spread + (1 - y.sum(-1, keepdim=True)).abs() * gs.abs())
-    bound = exact * (1 + (n + 4) * 2.0**-52) + tol / s
-    rows = finite_rows(a) & finite_rows(g) & T.vjp_in_range(case.op, y, g64, case.dtype)
+    bound = B.cotangent_spread_bound(exact, tol / s, n)
+    rows = finite_rows(a) & finite_rows(g) & B.vjp_in_range(case.op, y, g64, case.dtype)
     bad = rows[..., None] & ~((dx / s).abs() <= bound)
     if bool(bad.any()):
         i = worst(bad, (dx / s).abs() / bound)
@@ -310,10 +312,7 @@ def softmax_vjp_within_cotangent_spread(case, target):
 @invariant(vjp, families=("moderate", "grid", "one_hot", "constant", "neg_inf_blocks", "huge"))
 def vjp_matches_fp64_autograd(case, target):
     """VJP(y_r, g) == torch FP64 autograd of the forward at x, where y_r is the forward rounded to
-    dtype. Bound: tol(VJP at y_r) + the effect of rounding y (truth.rounded_forward_effect), with
-    |dy_j| <= half an ulp of dtype + twice the
-    float64 forward bound (y_r and torch's y64 are each an FP64 forward: for float64 inputs, the
-    difference of two FP64 forwards, up to a few ulps, is the whole term)."""
+    dtype. Bound: tol(VJP at y_r) + the effect of rounding y (bounds.autograd_vjp_bound)."""
     x = case.inputs[0].values(target.device).double().requires_grad_(True)
     assume(x.shape[-1] >= 1 and bool(torch.isfinite(x).all()))
     a, g = case.tensors(target.device)
@@ -326,30 +325,20 @@ def vjp_matches_fp64_autograd(case, target):
     # reference is not the exact VJP, and matches_oracle (scaled) is the check that applies
     assume(bool(torch.isfinite(auto).all()))
     _, tol = ref_tol(case, [a, g])
-    # |y_r - y64|: y_r is the FP64 oracle's forward rounded to dtype (half an ulp of dtype plus the
-    # oracle's own FP64 error), y64 torch's FP64 forward (its own FP64 error); each FP64 error
-    # within the float64 forward bound. Negligible below float64; for float64 it is the whole term.
-    _, fwd64 = reference(case.spec.forward, torch.float64, [x.detach()])
-    fwd64 = torch.nan_to_num(fwd64, nan=0.0)  # NaN where the forward is degenerate: no term, as before
-    half_ulp = 0.5 * T.ulp(out64.detach(), case.dtype) + 2 * fwd64
-    half_ulp = torch.where(torch.isfinite(out64.detach()), half_ulp, 0.0)  # -inf z rounds exactly
-    extra = rounded_forward_effect(case.op, out64.detach(), g_log, half_ulp)
-    # an infinite term (z = -finfo.max) times an exact 0 (exp(z), or a zero sum) propagates nothing
-    extra = torch.nan_to_num(extra, nan=0.0).reshape(auto.shape)
+    _, fwd64 = truth_at(case.spec.forward, torch.float64, [x.detach()])
+    bound = B.autograd_vjp_bound(case.op, case.dtype, tol, out64.detach(), g_log, fwd64, auto.shape, a.shape)
     if a.shape != auto.shape:  # expanded layout on y: compare against the broadcast
         auto = auto.expand(a.shape)
-        extra = extra.expand(a.shape)
-    rows = T.vjp_in_range(case.op, a.double(), g.double(), case.dtype)  # beyond: matches_oracle_strict
-    assert_close(case, target, dx, auto.detach(), tol + extra,
+    rows = B.vjp_in_range(case.op, a.double(), g.double(), case.dtype)  # beyond: matches_oracle_strict
+    assert_close(case, target, dx, auto.detach(), bound,
                  "VJP differs from FP64 autograd", only=rows[..., None])
 
 
 @invariant(vjp, families=("moderate", "grid", "one_hot", "constant"), max_cols=16)
 def vjp_matches_finite_differences(case, target):
     """VJP(y_r, g)_j == (L(x + h e_j) - L(x - h e_j)) / 2h, L = sum(forward64(x) * g), h = 1e-5.
-    Bound: VJP tolerance + rounding-of-y effect (as for autograd) + truncation
-    h^2/6 * 2 sum|g| (third derivatives of softmax are below 1 in total) + roundoff: the error of
-    each FP64 evaluation of L, (log2 D + 8) 2**-53 sum_i |g_i| (|out_i| + |d_i| + 2), over h."""
+    Bound: VJP tolerance + rounding-of-y effect + truncation + roundoff
+    (bounds.finite_difference_bound)."""
     xv = case.inputs[0].values(target.device).double()
     assume(xv.numel() >= 1 and bool(torch.isfinite(xv).all()) and float(xv.abs().max()) < 1e4)
     a, g = case.tensors(target.device)
@@ -360,15 +349,7 @@ def vjp_matches_finite_differences(case, target):
     cols = sorted({0, xv.shape[-1] // 2, xv.shape[-1] - 1})
     fd = oracles.fd_grad(fwd, xv, g_log, cols)
     _, tol = ref_tol(case, [a, g])
-    h = 1e-5
-    sg = g_log.abs().sum(-1, keepdim=True)
-    out = fwd(xv)
-    rnd = rounded_forward_effect(case.op, out, g_log, 0.5 * T.ulp(out, case.dtype))
-    # each L(x +- h e_j) is off by at most (log2 D + 8) u sum_i |g_i| (|out_i| + |d_i| + 2) in FP64
-    d = xv - xv.max(-1, keepdim=True).values
-    l_err = (math.log2(xv.shape[-1]) + 8) * 2.0**-53 * (g_log.abs() * (fwd(xv).abs() + d.abs() + 2)).sum(-1, keepdim=True)
-    fd_err = h * h / 3 * sg + l_err / h
-    bound = (tol + rnd)[..., cols] + fd_err
+    bound = B.finite_difference_bound(case.op, case.dtype, tol, fwd(xv), xv, g_log, 1e-5, cols)
     assert_close(case, target, dx[..., cols], fd, bound,
                  f"VJP differs from central differences at columns {cols}")
 
@@ -426,7 +407,7 @@ def gradcheck_float64(case, target):
         fail(case, target, f"gradcheck failed: {str(e).splitlines()[0]}",
              call="\n".join([
                  "from torch.autograd.gradcheck import GradcheckError",
-                 "from softmax_properties.properties.invariants.softmax import one_graph_per_backward",
+                 "from softmax_properties.properties.families.softmax.laws import one_graph_per_backward",
                  "try:  # the full check: every Jacobian entry, each backward on a graph of its own",
                  f"    out = torch.autograd.gradcheck(one_graph_per_backward({fn}), "
                  f"({name}.detach().contiguous().requires_grad_(),), eps=1e-6, atol=1e-5, rtol=1e-3)",
@@ -513,7 +494,7 @@ def row_independence(case, target, strict=False):
         b = op_call(case, target, *[other_rows_replaced(t, case.dtype, junk) for t in args])
         b0 = b.reshape(-1, *b.shape[len(lead):])[:1]
         dt = f"torch.{str(case.dtype).replace('torch.', '')}"
-        call = ("from softmax_properties.properties.invariants.softmax import other_rows_replaced\n"
+        call = ("from softmax_properties.properties.families.softmax.laws import other_rows_replaced\n"
                 f"# rows 1.. replaced by {name}\n"
                 f"{names}, = (other_rows_replaced(t, {dt}, {junk!r}) for t in ({names},))\n"
                 f"{case.call_code()}  # row 0 vs row 0 of the same call on the unchanged inputs")

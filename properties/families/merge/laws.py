@@ -1,5 +1,5 @@
 """The laws of the merge family: merges of two (x, lse) states, softmax_merge and attention_merge,
-each drawn as a MergeCase (properties/case.py: a row's chunk states and a merge tree over them).
+each drawn as a MergeCase (case.py: a row's chunk states and a merge tree over them).
 Their oracle, inputs-unmodified and many-rows laws are the generic ones (generic.py)."""
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ import math
 import torch
 from hypothesis import assume
 
-from ..case import tree_code, tree_depth, tree_leaves
-from ..failures import WrongOutput
-from ..spec import lse_dtype
-from ..truth import one_shot_state_truth, one_shot_truth, step_truth
-from ._checks import assert_close, assert_structure, bits_equal, check_oracle, check_outputs, run, worst
-from ._registry import fail, invariant
+from ... import tolerances
+from ...tolerances import agree
+from ...failures import WrongOutput
+from ...spec import lse_dtype
+from ...invariants._checks import assert_close, assert_structure, bits_equal, check_oracle, check_outputs, run, worst
+from ...invariants._registry import fail, invariant
+from .case import tree_code, tree_depth, tree_leaves
+from .truth import one_shot_state_truth, one_shot_truth, step_truth
 
 
 def merges(op) -> bool:
@@ -67,7 +69,8 @@ def _merge_agree(case, target, a, b, strict, what, call):
                  f"{tuple(b[i].shape)}/{b[i].dtype}", call=call, kind=WrongOutput)
     if not strict:
         tol_x, tol_l = _tree_bounds(case, target)
-        state_close(case, target, a, (b[0].double(), b[1].double()), 2 * tol_x, 2 * tol_l, what, call)
+        state_close(case, target, a, (b[0].double(), b[1].double()), agree(tol_x, tol_x), agree(tol_l, tol_l), what,
+                    call)
         return
     for i, nm in ((0, "x"), (1, "lse")):
         bad = ~bits_equal(a[i], b[i])
@@ -132,7 +135,7 @@ def merge_commutative(case, target):
     if not case.attention:  # softmax columns come side by side: b's first in merge(b, a)
         db = b[0].shape[-1]
         xba = torch.cat([xba[..., db:], xba[..., :db]], -1)
-    state_close(case, target, (xba, ba[1]), (ab[0].double(), ab[1].double()), 2 * tol_x, 2 * tol_l,
+    state_close(case, target, (xba, ba[1]), (ab[0].double(), ab[1].double()), agree(tol_x, tol_x), agree(tol_l, tol_l),
                  "merge(b, a) != merge(a, b)", call)
 
 
@@ -164,8 +167,8 @@ def merge_associative(case, target):
     call = "\n".join(tree_code(lt, case.op, "left", "ml") + tree_code(rt, case.op, "right", "mr") + ["out = left, right"])
     state_ok(case, target, L, (x_ref, l_ref), "left chain", call)
     state_ok(case, target, R, (x_ref, l_ref), "right chain", call)
-    state_close(case, target, R, (L[0].double(), L[1].double()), 2 * tol_x, 2 * tol_l, "right chain != left chain",
-                 call)
+    state_close(case, target, R, (L[0].double(), L[1].double()), agree(tol_x, tol_x), agree(tol_l, tol_l),
+                "right chain != left chain", call)
 
 
 @invariant(merges, strict="merge_identity_bitwise")
@@ -264,5 +267,5 @@ def merge_row_independence(case, target, strict=False):
     tol_x, tol_l = _tree_bounds(case, target)
     tol_x = tol_x.reshape(math.prod(lead), *tol_x.shape[len(lead):])[:1]
     tol_l = tol_l.reshape(math.prod(lead))[:1]
-    state_close(case, target, b0, (a0[0].double(), a0[1].double()), 2 * tol_x, 2 * tol_l,
+    state_close(case, target, b0, (a0[0].double(), a0[1].double()), agree(tol_x, tol_x), agree(tol_l, tol_l),
                  "row 0 changed when the other rows changed", call, names=("x[0]", "lse[0]"))

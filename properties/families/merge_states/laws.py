@@ -1,5 +1,5 @@
 """The laws of the N-way merge, merge_states(o, lse): o (..., S, Dv), lse (..., S), drawn as a
-StatesCase (properties/case.py: a row's chunk states stacked along a states axis)."""
+StatesCase (case.py: a row's chunk states stacked along a states axis)."""
 from __future__ import annotations
 
 import math
@@ -7,10 +7,11 @@ import math
 import torch
 from hypothesis import assume
 
-from ..truth import merge_states_truth
-from ._checks import bits_equal, check_oracle, op_call, run, worst
-from ._registry import fail, invariant
-from .merge import state_close, state_ok
+from ...tolerances import agree
+from ...invariants._checks import bits_equal, check_oracle, op_call, run, worst
+from ...invariants._registry import fail, invariant
+from ..merge.laws import state_close, state_ok
+from .truth import merge_states_truth
 
 STATE_NAMES = ("o", "lse")
 
@@ -54,7 +55,7 @@ def merge_states_is_fold_of_attention_merge(case, target):
         fold = (o[..., 0, :].masked_fill(torch.isneginf(lse[..., 0])[..., None], 0), lse[..., 0])
         for s in range(1, S):
             fold = tuple(run(target, "attention_merge", *fold, o[..., s, :], lse[..., s]))
-        tol_x, tol_l = 2 * tol_x, 2 * tol_l
+        tol_x, tol_l = agree(tol_x, tol_x), agree(tol_l, tol_l)
         call = ("fold = o[..., 0, :].masked_fill(lse[..., 0, None] == -inf, 0), lse[..., 0]\n"
                 f"for s in range(1, {S}):\n    fold = target.attention_merge(*fold, o[..., s, :], lse[..., s])\n"
                 "out = target.merge_states(o, lse), fold")
@@ -78,7 +79,7 @@ def merge_states_permutation_invariant(case, target):
     a = op_call(case, target, o, lse)
     b = op_call(case, target, o[..., p, :], lse[..., p])
     _, _, tol_x, tol_l = merge_states_truth(case, o, lse)
-    _states_close(case, target, b, a, 2 * tol_x, 2 * tol_l,
+    _states_close(case, target, b, a, agree(tol_x, tol_x), agree(tol_l, tol_l),
                   "permuting the states changed the merge",
                   f"p = torch.roll(torch.arange({S - 1}, -1, -1, device=o.device), {S // 3})  # reversed, then rolled\n"
                   "out = target.merge_states(o[..., p, :], lse[..., p]), target.merge_states(o, lse)")
@@ -110,7 +111,7 @@ def merge_states_empty_states_are_identities(case, target):
     b = op_call(case, target, o2, l2)
     _, _, tol_xa, tol_la = merge_states_truth(case, o, lse)
     _, _, tol_xb, tol_lb = merge_states_truth(case, o2, l2)
-    _states_close(case, target, b, a, tol_xa + tol_xb, tol_la + tol_lb,
+    _states_close(case, target, b, a, agree(tol_xa, tol_xb), agree(tol_la, tol_lb),
                   "inserting empty states changed the merge",
                   f"e_o, e_lse = torch.full_like(o[..., :1, :], {g!r}), torch.full_like(lse[..., :1], -inf)\n"
                   f"k = o.shape[-2] // 2\n"

@@ -1,5 +1,5 @@
 """The laws of cross-entropy with class-index targets: cross_entropy and cross_entropy_backward,
-drawn as a CECase (properties/case.py: logits, class-index targets, the options, and for the
+drawn as a CECase (case.py: logits, class-index targets, the options, and for the
 backward the cotangent dloss). Every target call passes the case's keyword options
 (ignore_index, reduction, label_smoothing)."""
 from __future__ import annotations
@@ -11,12 +11,17 @@ from hypothesis import assume, reject
 
 from softmax_properties import oracles
 
-from .. import tolerances as T
-from ..failures import WrongOutput, accept_context_loss, device_assert
-from ..strategies import GRID_SHIFT, OUT_OF_RANGE
-from ..truth import ce_default_mask, ce_truth, reference
-from ._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
-from ._registry import fail, invariant
+from ... import tolerances
+from ...tolerances import agree
+from ...failures import WrongOutput, device_assert
+from ...record import accept_context_loss
+from ...strategies import GRID_SHIFT
+from ...truth import truth_at
+from ...invariants._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
+from ...invariants._registry import fail, invariant
+from . import bounds as B
+from .strategies import OUT_OF_RANGE
+from .truth import ce_default_mask, ce_truth
 
 
 def cross_entropy(op) -> bool:
@@ -67,19 +72,20 @@ def ce_loss_is_lse_minus_target_logit(case, target):
     """Without smoothing, loss_i = logsumexp(x_i) - x_i[t_i] (reduction="none"), with logsumexp
     the target's own when it has one (else the FP64 oracle). Bound: tol(cross_entropy) +
     tol(logsumexp) (both against the same FP64 truth; the latter at the dtype logsumexp returned)
-    + one rounding of the difference, on rows that are counted and whose logits are finite."""
+    + one rounding of the difference (tolerances.agree), on rows that are counted and whose logits
+    are finite."""
     x, t = case.tensors(target.device)
     assume(x[..., 0].numel() >= 1)
     loss = op_call(case, target, x, t, reduction="none", label_smoothing=0.0).double()
     lse = run(target, "logsumexp", x) if target.has("logsumexp") else oracles.logsumexp(x)
-    _, tol_lse = reference("logsumexp", case.dtype, [x], returned=lse.dtype)
+    _, tol_lse = truth_at("logsumexp", case.dtype, [x], returned=lse.dtype)
     lse = lse.double()
     ign = t == case.ignore_index
     tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
     xt = torch.gather(x.double(), -1, tc[..., None])[..., 0]
     rhs = lse - xt
     _, tol_ce = ce_truth(case, [x, t], reduction="none", label_smoothing=0.0)
-    tol = tol_ce + tol_lse + T.ulp(rhs.abs(), case.dtype)
+    tol = agree(tol_ce, tol_lse, formed=rhs.abs(), dtype=case.dtype)
     rows = ~ign & finite_rows(x)
     assume(bool(rows.any()))
     rhs = torch.where(rows, rhs, loss)  # other rows: ce_matches_oracle's business
@@ -93,10 +99,8 @@ def ce_loss_is_lse_minus_target_logit(case, target):
 @invariant(loss)
 def ce_reductions_agree(case, target):
     """mean * (number of counted rows) == sum == sum of reduction="none", each output within its
-    oracle bound, so: |sum - sum(none)| <= tol(sum) + sum tol(none) and |mean * count - sum| <=
-    count tol(mean) + tol(sum) (+ 2**-52 |sum| for forming mean * count in float64; at a quarter
-    scale where mean * count overflows float64). With no counted row, mean is NaN (0 / 0) and sum
-    is 0."""
+    oracle bound (bounds.ce_sum_bound, bounds.ce_mean_count_bound, the latter at a quarter scale
+    where mean * count overflows float64). With no counted row, mean is NaN (0 / 0) and sum is 0."""
     x, t = case.tensors(target.device)
     kw = dict(label_smoothing=case.label_smoothing)
     none = op_call(case, target, x, t, reduction="none", **kw).double()
@@ -109,7 +113,7 @@ def ce_reductions_agree(case, target):
     call = f"out = [target.{case.op}(logits, labels, reduction=r) for r in ('none', 'sum', 'mean')]"
     # the sum is the output held to the others (formed in float64), so a sum that overflows the
     # dtype where the float64 sum of the rows exceeds its range is accepted as infinity
-    assert_close(case, target, total, none.sum(), ts + tn.sum(), "sum != sum of reduction='none'", call)
+    assert_close(case, target, total, none.sum(), B.ce_sum_bound(ts, tn), "sum != sum of reduction='none'", call)
     if count == 0:
         if not bool(torch.isnan(mean)):
             fail(case, target, "mean over no counted rows is not NaN", (), math.nan, mean, call=call)
@@ -119,25 +123,24 @@ def ce_reductions_agree(case, target):
     # then both sides are compared at a quarter scale (a power of two: exact at that magnitude)
     s = 0.25 if bool(torch.isinf(mean * count) & torch.isfinite(mean)) else 1.0
     mc = (mean * s) * count
-    assert_close(case, target, total * s, mc,
-                 (count * tm + ts) * s + 2.0**-52 * torch.nan_to_num(mc.abs()), f"sum != mean * count ({count})", call)
+    assert_close(case, target, total * s, mc, B.ce_mean_count_bound(tm, ts, count, s, mc),
+                 f"sum != mean * count ({count})", call)
 
 
 @invariant(gradient)
 def ce_gradient_rows_sum_to_zero(case, target):
     """Each gradient row sums to 0: sum_j (p_j - (1 - eps)[j = t] - eps/V) = 1 - (1 - eps) - eps.
-    Bound: sum_j tol_j (each element within its oracle bound) + (V + 2) 2**-53 sum_j |ref_j| (the
-    oracle's own row sum). Rows with a non-finite reference are matches_oracle's business."""
+    Bound: bounds.ce_grad_row_sum_bound (each element within its oracle bound, and the oracle's
+    own row sum). Rows with a non-finite reference are matches_oracle's business."""
     args = case.tensors(target.device)
     dx = op_call(case, target, *args).double()
     ref, tol = ce_truth(case, args)
-    V = ref.shape[-1]
     rows = torch.isfinite(ref).all(-1)
     keep = ce_default_mask(case, args, ref.shape)  # ignored rows of NaN / inf logits: strict tier's
     if keep is not None:
         rows = rows & keep.all(-1)
     total = dx.sum(-1)
-    bound = tol.sum(-1) + (V + 2) * 2.0**-53 * ref.abs().sum(-1)
+    bound = B.ce_grad_row_sum_bound(tol, ref)
     bad = rows & ~(total.abs() <= bound)
     if bool(bad.any()):
         i = worst(bad, total.abs() / bound)
@@ -210,7 +213,7 @@ def ce_gradient_linear_in_dloss(case, target, strict=False):
     if strict:
         assert_bitwise(case, target, c, a, "dloss's layout changed the gradient", call=layout_call)
     else:
-        assert_close(case, target, c, a.double(), 2 * tol, "dloss's layout changed the gradient", layout_call)
+        assert_close(case, target, c, a.double(), agree(tol, tol), "dloss's layout changed the gradient", layout_call)
     tiny, big = torch.finfo(case.dtype).tiny, torch.finfo(case.dtype).max
     for f in (4.0, -1.0):
         dlf = _same_layout(dl, f)
@@ -221,7 +224,8 @@ def ce_gradient_linear_in_dloss(case, target, strict=False):
         fcall = call.format(op=case.op, arg=scaled, vs=f"{f} * target.{case.op}(logits, labels, dloss)")
         if not strict:
             _, tol_f = ce_truth(case, [x, t, dlf])
-            assert_close(case, target, b, want, tol_f + abs(f) * tol, f"dx({f} * dloss) != {f} * dx(dloss)", fcall)
+            assert_close(case, target, b, want, agree(tol_f, tol, scale=f), f"dx({f} * dloss) != {f} * dx(dloss)",
+                         fcall)
             continue
         # a above the smallest normal (a == tiny may be a subnormal rounded up on the coarser
         # subnormal grid), the scaled value finite
@@ -236,7 +240,7 @@ def ce_gradient_linear_in_dloss(case, target, strict=False):
 def ce_shift_invariance(case, target):
     """loss(x + c) == loss(x) and dx(x + c) == dx(x) for grid logits and an exact shift c (37.25,
     bfloat16 37; strategies.GRID_SHIFT): the exact values are equal, so each side is held to its
-    own oracle bound: |a - b| <= tol(x) + tol(x + c)."""
+    own oracle bound: agree(tol(x), tol(x + c))."""
     args = case.tensors(target.device)
     x = args[0]
     c = GRID_SHIFT.get(case.dtype, 37.25)
@@ -247,7 +251,7 @@ def ce_shift_invariance(case, target):
     b = op_call(case, target, xs, *args[1:])
     _, ta = ce_truth(case, args)
     _, tb = ce_truth(case, [xs] + list(args[1:]))
-    assert_close(case, target, b, a.double(), ta + tb, f"shifting the logits by {c} changed the result",
+    assert_close(case, target, b, a.double(), agree(ta, tb), f"shifting the logits by {c} changed the result",
                  f"logits = (logits.double() + {c}).to(logits.dtype)  # exact: grid values\n"
                  f"{case.call_code()}  # vs the same on the unshifted logits")
 
@@ -263,7 +267,7 @@ def ce_confident_bf16_rows_keep_gradient(case, target):
     ign = t == case.ignore_index
     # the strict bound (the tree depth, no allowance for dtype-rounded log-probabilities): the law is
     # that the target column keeps 1 - p_t, which that allowance would not resolve
-    ref, tol = ce_truth(case, [x, t, dl], depth=T.depth, strict=True)
+    ref, tol = ce_truth(case, [x, t, dl], depth=tolerances.depth, strict=True)
     tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
     rt = torch.gather(ref, -1, tc[..., None])[..., 0]
     tt = torch.gather(tol, -1, tc[..., None])[..., 0]

@@ -1,0 +1,241 @@
+"""Meta tests of cross-entropy: its semantics table against torch and the oracle, input validation
+and autograd of the kernels, reproducers that rebuild their tensors exactly, and its bounds at the
+edges of the range."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from softmax_properties import kernels
+from softmax_properties import oracles
+from softmax_properties.kernels import _launch
+
+from .. import strategies as S
+from ..targets import OWN_KERNELS
+from ..families.cross_entropy import strategies as CE
+from .meta_support import DEV, agrees, kernels_target
+
+
+# ---------------------------------------------------------------------------- cross-entropy
+@pytest.mark.parametrize("what,logits,tgt,eps,red,loss,grad,torch_grad", oracles.CE_SEMANTICS,
+                         ids=[r[0] for r in oracles.CE_SEMANTICS])
+def test_ce_semantics_table(what, logits, tgt, eps, red, loss, grad, torch_grad):
+    """Every row of the cross-entropy table holds for torch (float64 F.cross_entropy; its
+    gradient where the table records a deliberate difference), the FP64 oracle and the kernels."""
+    import torch.nn.functional as F
+    V = len(logits[0]) if logits else 3
+    x = torch.tensor(logits, dtype=torch.float64).reshape(-1, V)
+    t = torch.tensor(tgt, dtype=torch.int64)
+    for impl in ("torch", "oracle", "kernels"):
+        if impl == "oracle":
+            dl = torch.ones(t.shape if red == "none" else (), dtype=torch.float64)
+            got_l = oracles.ce.cross_entropy(x, t, -100, red, eps)
+            got_g = oracles.ce.cross_entropy_backward(x, t, dl, -100, red, eps)
+        else:
+            xx = x.to(DEV).clone().requires_grad_(True)
+            fn = F.cross_entropy if impl == "torch" else kernels.cross_entropy
+            out = fn(xx, t.to(DEV), reduction=red, label_smoothing=eps)
+            (g,) = torch.autograd.grad(out.sum(), xx)
+            got_l, got_g = out.detach().cpu(), g.cpu()
+        want_g = torch_grad if (impl == "torch" and torch_grad is not None) else grad
+        assert agrees(got_l, loss, atol=1e-300), f"{impl}: loss {got_l.tolist()}, table says {loss}"
+        assert agrees(got_g, torch.tensor(want_g, dtype=torch.float64).reshape(-1), atol=1e-300), \
+            f"{impl}: grad {got_g.tolist()}, table says {want_g}"
+
+
+def test_ce_rejects_bad_input():
+    x, t = torch.randn(2, 3, device=DEV), torch.tensor([0, 1], device=DEV)
+    ce, ceb = kernels.cross_entropy, kernels.cross_entropy_backward
+    with pytest.raises(TypeError, match=r"cross_entropy: logits.dtype must be .*got torch.int64"):
+        ce(torch.ones(2, 3, dtype=torch.int64, device=DEV), t)
+    with pytest.raises(TypeError, match=r"target.dtype must be int32 or int64 .*got torch.float32.*class indices"):
+        ce(x, t.float())
+    with pytest.raises(ValueError, match=r"target must have shape logits.shape\[:-1\] = \(2,\).*got \(3,\)"):
+        ce(x, torch.tensor([0, 1, 2], device=DEV))
+    with pytest.raises(ValueError, match=r"reduction must be one of 'none', 'mean', 'sum', got 'avg'"):
+        ce(x, t, reduction="avg")
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match=r"label_smoothing must be in \[0, 1\]"):
+            ce(x, t, label_smoothing=bad)
+    with pytest.raises(TypeError, match=r"ignore_index must be an int"):
+        ce(x, t, ignore_index=1.0)
+    with pytest.raises(ValueError, match=r"ignore_index must fit in int64, got 9223372036854775808"):
+        ce(x, t, ignore_index=2**63)
+    # an ignore_index beyond int32 with int32 targets matches no row: every target counts
+    t32 = torch.tensor([2, 0], dtype=torch.int32, device=DEV)
+    assert torch.equal(ce(x, t32, ignore_index=2**40), ce(x, t32))
+    with pytest.raises(ValueError, match=r"at least one class"):
+        ce(torch.ones(2, 0, device=DEV), t)
+    for bad_t in ([0, 3], [-1, 0], [0, -101]):
+        with pytest.raises(ValueError, match=r"target\[\d\] = -?\d+ is out of range: targets must be in \[0, 3\)"):
+            ce(x, torch.tensor(bad_t, device=DEV))
+    with pytest.raises(ValueError, match=r"dloss must have the loss's shape \(2,\) for reduction='none'"):
+        ceb(x, t, torch.ones((), device=DEV), reduction="none")
+    with pytest.raises(ValueError, match=r"dloss must have the loss's shape \(\) for reduction='mean'"):
+        ceb(x, t, torch.ones(2, device=DEV))
+    with pytest.raises(TypeError, match=r"dloss.dtype must be a floating-point dtype"):
+        ceb(x, t, torch.ones((), dtype=torch.int64, device=DEV))
+    with pytest.raises(ValueError, match=r"target\[1\] = 7 is out of range"):
+        ceb(x, torch.tensor([0, 7], device=DEV), torch.ones((), device=DEV))
+    if DEV == "cuda":
+        with pytest.raises(ValueError, match=r"logits and target must be on the same device"):
+            ce(x, t.cpu())
+        with pytest.raises(ValueError, match=r"logits and dloss must be on the same device"):
+            ceb(x, t, torch.ones(()))
+
+
+def test_ce_devices_differ_and_cpu_outside_interpreter(monkeypatch):
+    """Device checks run on the CPU too: a 'meta' target differs from CPU logits; and with the
+    interpreter off, CPU logits are refused naming the argument."""
+    x, t = torch.randn(2, 3, device=DEV), torch.tensor([0, 1], device=DEV)
+    with pytest.raises(ValueError, match=r"logits and target must be on the same device, got .* and meta"):
+        kernels.cross_entropy(x, t.to("meta"))
+    with pytest.raises(ValueError, match=r"logits and dloss must be on the same device, got .* and meta"):
+        kernels.cross_entropy_backward(x, t, torch.ones((), device="meta"))
+    x, t = x.cpu(), t.cpu()
+    monkeypatch.setattr(_launch, "interpreting", lambda: False)
+    with pytest.raises(ValueError, match=r"logits is on device 'cpu', but the Triton kernels run on CUDA tensors"):
+        kernels.cross_entropy(x, t)
+
+
+def test_ce_autograd_and_compile():
+    """kernels.cross_entropy trains (autograd through the custom op matches torch) and traces
+    under torch.compile (fullgraph; aot_eager, so no C++ toolchain is needed on the CPU)."""
+    import torch.nn.functional as F
+    x = torch.randn(5, 37, dtype=torch.float64, device=DEV, requires_grad=True)
+    t = torch.tensor([1, -100, 36, 0, 5], device=DEV)
+    ref = torch.autograd.grad(F.cross_entropy(x, t, label_smoothing=0.2), x)[0]
+    got = torch.autograd.grad(kernels.cross_entropy(x, t, label_smoothing=0.2), x)[0]
+    assert torch.allclose(got, ref, atol=1e-12)
+    f = torch.compile(lambda a, b: kernels.cross_entropy(a, b, reduction="sum"), backend="aot_eager", fullgraph=True)
+    loss = f(x, t)
+    (g,) = torch.autograd.grad(loss, x)
+    assert torch.allclose(loss, F.cross_entropy(x, t, reduction="sum"), atol=1e-12)
+    assert torch.allclose(g, torch.autograd.grad(F.cross_entropy(x, t, reduction="sum"), x)[0], atol=1e-12)
+    assert torch.ops.softmax_props.cross_entropy.default is not None
+
+
+def test_ce_never_modifies_logits_under_autograd():
+    x = torch.randn(3, 300, dtype=torch.bfloat16, device=DEV)
+    x0 = x.clone()
+    xx = x.requires_grad_(True)
+    kernels.cross_entropy(xx, torch.tensor([0, 299, 7], device=DEV), label_smoothing=0.1).backward()
+    assert torch.equal(x.detach(), x0)
+
+
+def test_ce_autograd_refuses_logits_changed_in_place_and_repeats_a_retained_backward():
+    """The autograd Function prepares the backward's launch in the forward (views of the logits):
+    logits changed in place before backward must raise autograd's version error, not give the
+    gradient of other logits; a retained graph's second backward gives the same gradient."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 33, generator=g).to(DEV).requires_grad_(True)
+    t = torch.tensor([0, 3, -100, 32, 7], device=DEV)
+    loss = kernels.cross_entropy(x, t, label_smoothing=0.1)
+    a = torch.autograd.grad(loss, x, retain_graph=True)[0]
+    b = torch.autograd.grad(loss, x)[0]
+    assert torch.equal(a, b)
+    loss = kernels.cross_entropy(x, t)
+    with torch.no_grad():
+        x.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(loss, x)
+
+
+@settings(max_examples=25)
+@given(st.data())
+def test_ce_reproducer_rebuilds_the_exact_tensors(data):
+    """A CECase's reproducer, executed as printed (calling the kernels), yields bitwise its logits,
+    class indices (``labels``: ``target`` is the module) and dloss, strides too, and an output."""
+    case = data.draw(CE.ce_cases(data.draw(st.sampled_from(["cross_entropy", "cross_entropy_backward"])),
+                                many_rows=data.draw(st.booleans())))
+    scope = {}
+    exec(case.reproducer(OWN_KERNELS), scope)
+    assert isinstance(scope["out"], torch.Tensor)
+    for name, t in zip(("logits", "labels", "dloss"), case.tensors(DEV)):
+        r = scope[name]
+        assert r.shape == t.shape and r.stride() == t.stride() and r.dtype == t.dtype, name
+        assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
+
+
+def test_ce_reductions_agree_accepts_an_overflowing_sum():
+    """Two float16 rows of loss 40000: the float16 sum is inf while each row and the mean are
+    finite. The law must accept it (the float64 sum of the rows exceeds float16's range); a
+    version comparing the rows' float64 sum against the sum as the reference failed here."""
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_reductions_agree
+    tg = kernels_target()
+    lg = S.Logits(2, 2, "float16", ("const", 0.0), ((-1, 1, 2, -40000.0),))
+    case = CECase("cross_entropy", torch.float16, S.Input(lg, (2,), S.Layout()), CE.Targets((1, 1)), -100, "sum", 0.0)
+    assert bool(torch.isinf(kernels.cross_entropy(*case.tensors(DEV), **case.kwargs())))
+    ce_reductions_agree(case, tg)
+
+
+def test_ce_reductions_agree_when_mean_times_count_overflows():
+    """float64 logits [[finfo.max, 0], [0, 0], [0, 0]], targets [1, 0, 0] (a GPU counterexample):
+    the sum rounds to finfo.max (finite, right), the mean to max / 3, and 3 * mean in float64 to
+    inf. The law's mean * count must not overflow where the sum does not."""
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_reductions_agree
+    tg = kernels_target()
+    big = torch.finfo(torch.float64).max
+    lg = S.Logits(3, 2, "float64", ("const", 0.0), ((0, 0, 1, big),))
+    case = CECase("cross_entropy", torch.float64, S.Input(lg, (3,), S.Layout()), CE.Targets((1, 0, 0)), -100,
+                  "mean", 0.0)
+    x, t = case.tensors(DEV)
+    assert float(x[0, 0]) == big and bool(torch.isinf(kernels.cross_entropy(x, t).double() * 3))
+    ce_reductions_agree(case, tg)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.25])
+def test_ce_bound_of_rows_at_the_float64_limit(eps):
+    """float64 logits [finfo.max, finfo.max], target 0: the exact loss is log 2, but lse = max + log 2
+    rounds to max, so any kernel that forms lse - x_t returns 0, within the derived bound (u |lse|
+    is 2e292). Formed directly, the bound's mean |x_j| overflows to inf and eps * inf with eps = 0
+    makes it NaN, which the comparison reads as 0: a half-ulp tolerance."""
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_matches_oracle
+    from ..families.cross_entropy.truth import ce_truth
+    tg = kernels_target()
+    big = torch.finfo(torch.float64).max
+    x = S.Logits(1, 2, "float64", ("const", big), (), "huge")
+    case = CECase("cross_entropy", torch.float64, S.Input(x, (), S.Layout()), CE.Targets((0,)), -100, "mean", eps)
+    ref, tol = ce_truth(case, case.tensors("cpu"))
+    assert bool(torch.isfinite(tol)) and float(tol) > 1e290, tol
+    ce_matches_oracle(case, tg)
+
+
+def test_ce_grad_bound_is_not_first_order_in_the_lse_rounding():
+    """float64 logits all 2**55 (ulp 8), V = 26829, target 0 (a GPU counterexample of
+    ce_gradient_rows_sum_to_zero): lse = 2**55 + log V = 2**55 + 10.2 rounds to 2**55 + 8, so every
+    p_j = exp(x_j - lse) = e**-8, 9x the exact 1/V -- a backward-stable answer (lse is within half
+    an ulp). The bound linear in the argument's error (8) falls short of e**2.2 - 1 = 8.0001; the
+    exact p expm1(|delta|) covers it."""
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_gradient_rows_sum_to_zero, ce_matches_oracle
+    tg = kernels_target()
+    x = S.Logits(1, 26829, "float64", ("const", 2.0**55), (), "bits")
+    case = CECase("cross_entropy_backward", torch.float64, S.Input(x, (), S.Layout()), CE.Targets((0,)), -100,
+                  "mean", 0.0, CE.DLoss(("const", 1.0)))
+    dx = kernels.cross_entropy_backward(*case.tensors(DEV), reduction="mean")
+    assert abs(float(dx[1]) - math.exp(-8.0)) < 1e-12  # the lse's rounding, as on the GPU
+    ce_matches_oracle(case, tg)
+    ce_gradient_rows_sum_to_zero(case, tg)
+
+
+@pytest.mark.parametrize("dtype,V", [("float32", 81), ("float32", 1000), ("float64", 5000)])
+def test_ce_smoothing_mean_at_the_range_end(dtype, V):
+    """Every logit -finfo.max, label_smoothing 0.1, target 0: the exact loss is log V, and the kernel
+    sums the mean of x for the smoothing term. Formed unscaled, that sum overflows to -inf by
+    rounding (float32: V = 81 on a GPU, from V = 1000 under the interpreter) and the loss reads
+    inf; the kernel sums the mean at a quarter scale (kernels/_cross_entropy.py)."""
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_matches_oracle
+    tg = kernels_target()
+    low = -torch.finfo(getattr(torch, dtype)).max
+    x = S.Logits(1, V, dtype, ("const", low), (), "huge")
+    case = CECase("cross_entropy", getattr(torch, dtype), S.Input(x, (), S.Layout()), CE.Targets((0,)), -100,
+                  "mean", 0.1)
+    ce_matches_oracle(case, tg)
