@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, Phase, settings
 
 from . import hypothesis_compat, interpreter, isolation, report, strategies as S, targets
 from .record import merge_worst
+from .spec import OPS
 
 _COMMON = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
@@ -371,8 +372,9 @@ def _longest_first(item) -> int:
     if name.startswith(SELFTEST + "."):
         return 3
     params = getattr(getattr(item, "callspec", None), "params", {})
-    inv, op = params.get("inv"), params.get("op")
-    if getattr(inv, "name", "") in _LONG_LAWS or getattr(op, "family", "") in _LONG_FAMILIES:
+    inv, op = params.get("inv"), params.get("op")  # the law, and the op's name
+    family = getattr(OPS.get(op) if isinstance(op, str) else op, "family", "")
+    if getattr(inv, "name", "") in _LONG_LAWS or family in _LONG_FAMILIES:
         return 1
     return 2
 
