@@ -214,6 +214,11 @@ PAIR_LIMITS = S.Limits(max_rows=4, max_cols=64, long_cols=2100, max_elems=2100)
 # first_block_only needs rows longer than 1024 columns; the two many-rows mutants need 2048 rows of
 # more than one class (PAIR_LIMITS' 2100 elements hold them at V = 1 only)
 PAIR_LIMITS_FOR = {"first_block_only": "ci", "ce_tail_rows_dropped": "ci", "ce_mean_16bit_partials": "ci"}
+# unscaled_softmax_backward fails only on cotangents within a factor of ~8 of finfo.max in a 32-bit
+# compute type (one "huge" fill in ~7 families, then that scale, then a row whose terms overflow):
+# about one case in 400, so whether 400 draws hold one depended on Hypothesis's pool of constants
+# from the project's sources, which every edit changes
+PAIR_EXAMPLES_FOR = {"unscaled_softmax_backward": 2000}
 
 
 def test_zoo_covers_every_invariant(target):
@@ -266,10 +271,11 @@ def test_invariant_catches_mutant(name, inv_name, target):
             return
     limits = LIMITS[PAIR_LIMITS_FOR[name]] if name in PAIR_LIMITS_FOR else PAIR_LIMITS
     try:
-        inv, case = search(module, MUTANTS[name], target.device, PAIR_EXAMPLES, only=inv_name, limits=limits,
+        n = PAIR_EXAMPLES_FOR.get(name, PAIR_EXAMPLES)
+        inv, case = search(module, MUTANTS[name], target.device, n, only=inv_name, limits=limits,
                            shrink=name not in UNSHRUNK)
     except errors.NoSuchExample:
-        pytest.fail(f"{inv_name} did not catch {name} in {PAIR_EXAMPLES} cases, though {name}.CAUGHT_BY declares it"
+        pytest.fail(f"{inv_name} did not catch {name} in {n} cases, though {name}.CAUGHT_BY declares it"
                     f"{crashes_told()}")
     rep = report(inv, case, module, target.device)
     _print_catch(name, inv_name, "searched", case, rep, target.device)
