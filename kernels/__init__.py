@@ -23,6 +23,7 @@ from . import _cross_entropy as _ce
 from .library import CrossEntropyFunction, cross_entropy_backward_op, cross_entropy_op
 from ._attention import attention, attention_backward
 from ._attention import block_boundaries as attention_block_boundaries
+from ._linear_cross_entropy import linear_cross_entropy
 
 SUITE_REFUSALS = ()  # the project's kernels refuse no valid input: any exception is a failure
 
@@ -96,7 +97,7 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index: int = -100, r
 
 
 __all__ = [
-    "cross_entropy", "cross_entropy_backward",
+    "cross_entropy", "cross_entropy_backward", "linear_cross_entropy",
     "softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "logsumexp",
     "softmax_merge", "attention_merge", "merge_states",
     "attention", "attention_backward", "attention_block_boundaries",
