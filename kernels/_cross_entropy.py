@@ -467,7 +467,8 @@ def _ce_bwd_kernel(
         # the weighted mean divides the cross-entropy term by sum w[t], the z term by the count
         cnt = tl.load(STATS + 2).to(tl.float64)
         den = tl.where(wtd, tl.load(OPT + 6).to(tl.float64), cnt)
-        scale_w = (dl64 / den).to(CT)
+        # a zero divisor makes the counted rows' gradient NaN, as torch's (w[t] = 0 times 1 / 0)
+        scale_w = tl.where(den == 0.0, float("nan"), dl64 / den).to(CT)
         zsc = dl64 / cnt
     else:
         scale_w = scale
@@ -557,7 +558,10 @@ def _ce_reduce_kernel(LR, STATS, OUT, LZ, OPT, n, flags, MEAN: tl.constexpr, BLO
     if MEAN:
         cnt = tl.load(STATS + 2).to(tl.float64)
         if (flags & _WEIGHT) != 0:
-            total = total / tl.load(OPT + 6).to(tl.float64)
+            # as torch: (1 - eps) NLL / sum w[t] is 0 / 0 where every counted target weighs 0,
+            # and NaN plus the smoothing term is NaN (not the term over 0, inf)
+            wden = tl.load(OPT + 6).to(tl.float64)
+            total = tl.where(wden == 0.0, float("nan"), total / wden)
         else:
             total = total / cnt
         if hz:

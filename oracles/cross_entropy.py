@@ -24,8 +24,9 @@ without them):
   y_i[t_i]); the smoothing term is, as torch composes it (aten LossNLL.cpp,
   cross_entropy_loss_label_smoothing), eps / V * sum_j w_j (lse_i - y_ij) -- divided by V, not by
   sum w; and reduction "mean" divides the sum of both over the rows by sum_i w[t_i] over the
-  non-ignored rows (0 / 0 = NaN when that is 0, as torch). A zero weight times an infinite term
-  is NaN, as torch's product forms it.
+  non-ignored rows (NaN when that is 0, whatever the smoothing term: torch's NLL part is 0 / 0
+  there; the counted rows' gradient is NaN too). A zero weight times an infinite term is NaN, as
+  torch's product forms it.
 * ``z_loss`` z (liger-kernel's ``lse_square_scale``): row i gains z lse_i^2 (lse of y), unweighted;
   ignored rows gain nothing; reduction "mean" divides the z terms' sum by the count of
   non-ignored rows, not by the weights' sum (liger-kernel's cross_entropy kernel divides its
@@ -151,7 +152,9 @@ def cross_entropy(x, t, ignore_index: int = -100, reduction: str = "mean", label
         out = ce.sum() if z is None else ce.sum() + z.sum()
     else:
         dw, count = divisors(t, ignore_index, weight)
-        out = ce.sum() / dw  # 0 / 0 = NaN where no row counts (all ignored, or zero weights)
+        # NaN where no row counts (all ignored) or every counted target weighs 0: torch's
+        # (1 - eps) NLL / sum w[t] is 0 / 0 there, whatever the smoothing term
+        out = torch.where(dw == 0, float("nan"), ce.sum() / dw)
         if z is not None:
             out = out + z.sum() / count
     if not return_z_loss:
@@ -174,7 +177,8 @@ def grad_scale(t, dloss, ignore_index: int, reduction: str, weight=None, for_z: 
     elif weight is None or for_z:
         sc = (dl / (t != ignore_index).sum()).expand(t.shape)
     else:
-        sc = (dl / divisors(t, ignore_index, weight)[0]).expand(t.shape)
+        dw = divisors(t, ignore_index, weight)[0]
+        sc = torch.where(dw == 0, float("nan"), dl / dw).expand(t.shape)  # torch's NaN (w[t] = 0 times 1 / 0)
     return torch.where(t == ignore_index, 0.0, sc)
 
 
