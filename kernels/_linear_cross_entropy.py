@@ -8,7 +8,7 @@ loss needs a gradient and the reduction is "mean" or "sum", the backward kernel 
 writing d logits in place of the chunk's logits; then d hidden_chunk = d logits @ weight and
 d weight += d logits.T @ hidden_chunk (d bias += the column sums of d logits). The gradient is
 thus computed in the forward, as liger-kernel's fused linear cross-entropy does, and the
-backward only multiplies it by dloss (in place: a second backward through the same graph raises).
+backward only multiplies it by dloss.
 For reduction "none" the backward gets one dloss per row, which d weight cannot take afterwards,
 so the forward only computes the loss and the backward recomputes each chunk's logits (one more
 matmul per chunk) and runs the backward kernel with the rows' dloss.
@@ -238,19 +238,13 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
                                        need[0], need[1], bias is not None and need[3])
             return dh, dw, None, db, None, None, None, None
         ctx.saved_tensors  # noqa: B018 - raises if an input was modified in place
-        grads = ctx.grads
-        if grads is None:
-            raise RuntimeError(f"{OP}: backward ran a second time through the same graph; the gradients are "
-                               "computed in the forward and scaled in place by the first backward (call the "
-                               "loss again for another backward)")
-        ctx.grads = None
-        dh, dw, db = grads
-        # scaled in place (the forward made them for this backward alone), in the compute dtype
-        # (float32, float64 for float64), rounded once
-        s = dloss.detach().to(_ce._compute_dtype(dh.dtype))
-        out = []
-        for g, n in ((dh, need[0]), (dw, need[1]), (db, len(need) > 3 and need[3])):
-            out.append(g.mul_(s) if (g is not None and n) else None)
+        # scaled out of place, so that a retained graph's second backward scales the same
+        # gradients again; the stored ones are freed with the graph, so the backward's peak
+        # (stored and scaled gradients) stays below the forward's (module docstring). A 0-d
+        # dloss of the compute dtype: the product is formed in it and rounded once.
+        s = dloss.detach().to(_ce._compute_dtype(ctx.grads[0].dtype))
+        out = [None if (g is None or not n) else g * s
+               for g, n in zip(ctx.grads, (need[0], need[1], len(need) > 3 and need[3]))]
         return out[0], out[1], None, out[2], None, None, None, None
 
 
