@@ -149,10 +149,14 @@ def _xform(x, ls, c, ic, flags, F64: tl.constexpr):
 
 
 @triton.jit
-def _fwd_opts(x, msk, cmask, cols, W, ls, c, ic, flags, SMOOTH: tl.constexpr, F64: tl.constexpr):
+def _fwd_opts(x, msk, cmask, cols, W, OPT, flags, SMOOTH: tl.constexpr, F64: tl.constexpr):
     """A forward tile with options: the transformed logits (-inf where masked: a softcap maps
     the -inf of masked lanes to -c) and the smoothing's summands, times the class weights when
-    there are weights (0 * -inf is NaN there, as torch forms it)."""
+    there are weights (0 * -inf is NaN there, as torch forms it). The option values are read
+    per tile, inside the branch that flags != 0 takes, so that the kernel without options keeps
+    no more values live across its loop than it did (31 registers in the 16-bit forward on the
+    H200, at the limit of 2048 threads per SM)."""
+    ls, c, ic = _opt_scalars(OPT, flags, F64)
     y = tl.where(msk, _xform(x, ls, c, ic, flags, F64), float("-inf"))
     ys = tl.where(msk, y, 0.0)
     if SMOOTH:
@@ -300,7 +304,6 @@ def _ce_fwd_kernel(
     s = tl.zeros([BLOCK_R, G], CT)
     sx = tl.zeros([BLOCK_R, G], CT)
     cols0 = tl.arange(0, G)[:, None] * GS + tl.arange(0, GS)[None, :]  # [G, GS], row-major
-    ls, c, ic = _opt_scalars(OPT, flags, F64)
     n_full = (hi - lo) // BLOCK
     # full tiles: the mask is constant along a row, so loads stay 16-byte vectors
     for k in range(0, n_full):
@@ -311,7 +314,7 @@ def _ce_fwd_kernel(
         x = widen(tl.load(xp, mask=rmask3, other=float("-inf")), F64)
         if flags != 0:
             cf = start + cols0
-            y, ys = _fwd_opts(x, rmask3, cf < hi, cf, W, ls, c, ic, flags, SMOOTH, F64)
+            y, ys = _fwd_opts(x, rmask3, cf < hi, cf, W, OPT, flags, SMOOTH, F64)
             m, s, sx = _fwd_tile(y, ys, m, s, sx, inv_v, SMOOTH, F64)
         else:
             m, s, sx = _fwd_tile(x, x, m, s, sx, inv_v, SMOOTH, F64)
@@ -326,7 +329,7 @@ def _ce_fwd_kernel(
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 1, 16]), [1, 1, GS])
         x = widen(tl.load(xp, mask=msk, other=float("-inf")), F64)
         if flags != 0:
-            y, ys = _fwd_opts(x, msk, cols < hi, cols, W, ls, c, ic, flags, SMOOTH, F64)
+            y, ys = _fwd_opts(x, msk, cols < hi, cols, W, OPT, flags, SMOOTH, F64)
             m, s, sx = _fwd_tile(y, ys, m, s, sx, inv_v, SMOOTH, F64)
         else:
             m, s, sx = _fwd_tile(x, tl.where(msk, x, 0.0), m, s, sx, inv_v, SMOOTH, F64)
@@ -426,37 +429,14 @@ def _bwd_tile_opts(x, lse, tt, ign, scale_w, cols0, hot, flat, wt, wsum, kzc, kb
 
 
 @triton.jit
-def _tile_target(t, start, BLOCK: tl.constexpr):
-    """The target's column within the tile starting at column start, or -1 (int32)."""
-    return tl.where((t >= start) & (t < start + BLOCK), t - start, -1).to(tl.int32)
-
-
-@triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
-def _ce_bwd_kernel(
-    X, T, LSE, SC, STATS, DX, EPS, W, OPT,
-    n_rows, V, sxr, st, ss, sdr, ignore_index, n_chunks, chunk_cols, eps, inv_v, flags,
-    F64: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr, VEC: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
-):
-    """dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale, in the compute type, rounded once;
-    exactly 0 on ignored rows. scale: dloss (row i's through stride ss, 0 for a scalar) in the
-    compute type, or for the mean dloss / count formed in float64 and rounded once (count:
-    STATS[2], the non-ignored rows). With options (flags != 0, a uniform branch), _bwd_tile_opts."""
+def _bwd_opts(x, lse, t, tt, ign, rmask, dl, scale, STATS, W, OPT, V, cols0, cols, cmask, hot, flat, flags,
+              SMOOTH: tl.constexpr, MEAN: tl.constexpr, F64: tl.constexpr):
+    """A backward tile with options: the rows' option values, then _bwd_tile_opts. They are
+    formed per tile, inside the branch that flags != 0 takes, so that the kernel without options
+    keeps no more values live across its loop than it did (the 16-bit forward and backward are
+    tuned to their register counts); a few scalar loads and operations per tile of thousands of
+    elements."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
-    eps, inv_v = _ce_params(eps, inv_v, EPS, F64)
-    hot = 1.0 - eps
-    flat = eps * inv_v
-    rows = _ce_rows(BLOCK_R)
-    rmask = rows < n_rows
-    t = tl.load(T + rows * st, mask=rmask, other=0).to(tl.int64)
-    ign = t == ignore_index
-    lse = tl.load(LSE + rows, mask=rmask, other=0.0)
-    dl = tl.load(SC + rows * ss, mask=rmask, other=0.0)
-    if MEAN:
-        scale = (widen(dl, True) / tl.load(STATS + 2).to(tl.float64)).to(lse.dtype)
-    else:
-        scale = widen(dl, F64)
-    # the options' per-row values (identities where flags == 0, and unused there)
     ls, c, ic = _opt_scalars(OPT, flags, F64)
     wtd = (flags & _WEIGHT) != 0
     wmask = rmask & (((t * 0 + flags) & _WEIGHT) != 0) & (t >= 0) & (t < V)  # a tensor mask (the interpreter's)
@@ -476,6 +456,40 @@ def _ce_bwd_kernel(
     kz = 2.0 * tl.where((flags & _ZLOSS) != 0, tl.load(OPT), 0.0).to(tl.float64) * lse.to(tl.float64) * zsc
     kbig = tl.abs(kz) > _TWO64
     kzc = tl.where(kbig, kz * _TWO_M64, kz).to(CT)
+    return _bwd_tile_opts(x, lse, tt, ign, scale_w, cols0, hot, flat, wt, wsum, kzc, kbig, W, cols, cmask, ls, c,
+                          ic, flags, SMOOTH, F64)
+
+
+@triton.jit
+def _tile_target(t, start, BLOCK: tl.constexpr):
+    """The target's column within the tile starting at column start, or -1 (int32)."""
+    return tl.where((t >= start) & (t < start + BLOCK), t - start, -1).to(tl.int32)
+
+
+@triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
+def _ce_bwd_kernel(
+    X, T, LSE, SC, STATS, DX, EPS, W, OPT,
+    n_rows, V, sxr, st, ss, sdr, ignore_index, n_chunks, chunk_cols, eps, inv_v, flags,
+    F64: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr, VEC: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale, in the compute type, rounded once;
+    exactly 0 on ignored rows. scale: dloss (row i's through stride ss, 0 for a scalar) in the
+    compute type, or for the mean dloss / count formed in float64 and rounded once (count:
+    STATS[2], the non-ignored rows). With options (flags != 0, a uniform branch), _bwd_opts."""
+    eps, inv_v = _ce_params(eps, inv_v, EPS, F64)
+    hot = 1.0 - eps
+    flat = eps * inv_v
+    rows = _ce_rows(BLOCK_R)
+    rmask = rows < n_rows
+    t = tl.load(T + rows * st, mask=rmask, other=0).to(tl.int64)
+    ign = t == ignore_index
+    lse = tl.load(LSE + rows, mask=rmask, other=0.0)
+    dl = tl.load(SC + rows * ss, mask=rmask, other=0.0)
+    if MEAN:
+        scale = (widen(dl, True) / tl.load(STATS + 2).to(tl.float64)).to(lse.dtype)
+    else:
+        scale = widen(dl, F64)
     xrow = X + rows * sxr
     drow = DX + rows * sdr
     lo = tl.program_id(1) * chunk_cols
@@ -492,8 +506,8 @@ def _ce_bwd_kernel(
             dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
         x = widen(tl.load(xp, mask=rmask[:, None], other=0.0), F64)
         if flags != 0:
-            g = _bwd_tile_opts(x, lse, _tile_target(t, start, BLOCK), ign, scale_w, cols0, hot, flat, wt, wsum, kzc,
-                               kbig, W, cols, cols < hi, ls, c, ic, flags, SMOOTH, F64)
+            g = _bwd_opts(x, lse, t, _tile_target(t, start, BLOCK), ign, rmask, dl, scale, STATS, W, OPT, V, cols0,
+                          cols, cols < hi, hot, flat, flags, SMOOTH, MEAN, F64)
         else:
             g = _bwd_tile(x, lse, _tile_target(t, start, BLOCK), ign, scale, cols0, hot, flat, SMOOTH, F64)
         tl.store(dp, to_out(g, DX.dtype.element_ty), mask=rmask[:, None])
@@ -510,8 +524,8 @@ def _ce_bwd_kernel(
             dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
         x = widen(tl.load(xp, mask=msk, other=0.0), F64)
         if flags != 0:
-            g = _bwd_tile_opts(x, lse, _tile_target(t, start, BLOCK), ign, scale_w, cols0, hot, flat, wt, wsum, kzc,
-                               kbig, W, cols, cols < hi, ls, c, ic, flags, SMOOTH, F64)
+            g = _bwd_opts(x, lse, t, _tile_target(t, start, BLOCK), ign, rmask, dl, scale, STATS, W, OPT, V, cols0,
+                          cols, cols < hi, hot, flat, flags, SMOOTH, MEAN, F64)
         else:
             g = _bwd_tile(x, lse, _tile_target(t, start, BLOCK), ign, scale, cols0, hot, flat, SMOOTH, F64)
         tl.store(dp, to_out(g, DX.dtype.element_ty), mask=msk)
