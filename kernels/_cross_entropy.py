@@ -10,6 +10,12 @@ An ignored row (t_i == ignore_index) has loss 0, does not count in the mean, and
 zero gradient (torch gives NaN there when that row holds NaN/inf logits: the one deliberate
 difference). ``mean`` over no counted rows is 0/0 = NaN, as in torch.
 
+Options (Options, check_options; off by default, docs/contract.md "Cross-entropy options"):
+class weights w (torch's semantics), z-loss z (row loss + z lse^2, liger-kernel's
+lse_square_scale), softcap c and logit scale s (the loss sees c tanh(s x / c)). They reach the
+kernels as the runtime argument `flags` in uniform branches, never as constexprs, so they add no
+compiled variant, and with flags 0 every kernel computes what it computed without them, bitwise.
+
 Layout: logits (..., V) with target (...) (torch's (N, C, d1, ...) class-axis-1 form is not
 accepted; move the class axis last). Batch axes are flattened to rows with a view where possible;
 the class axis must be unit-stride or is copied. Targets (int32/int64) and ``dloss`` (any float
