@@ -106,6 +106,7 @@ _XFORM: tl.constexpr = tl.constexpr(XFORM)
 _SOFTCAP: tl.constexpr = tl.constexpr(SOFTCAP)
 _ZLOSS: tl.constexpr = tl.constexpr(ZLOSS)
 _WEIGHT: tl.constexpr = tl.constexpr(WEIGHT)
+_NO_OPTIONS: tl.constexpr = tl.constexpr(0)
 # OPT, the options' float64 values (options_tensor): z, c, 1/c, s, sum(w) / V, sum(w), and the
 # sum of w[t] over the counted rows (the weighted mean's divisor)
 _TWO64: tl.constexpr = tl.constexpr(2.0**64)
@@ -175,9 +176,10 @@ def _fwd_opts(x, msk, cmask, cols, W, OPT, flags, SMOOTH: tl.constexpr, F64: tl.
 @triton.jit
 def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV4, V, sxr, st, ignore_index, eps,
                SMOOTH: tl.constexpr):
-    """_ce_finish_opts with every option off."""
-    _ce_finish_opts(X, T, LOSS, LSE, LOSS, LSE, LOSS, 0, rows, rmask, M, S, SXV4, V, sxr, st, ignore_index, eps,
-                    SMOOTH, LSE.dtype.element_ty == tl.float64)
+    """_ce_finish_opts with every option off (flags a constexpr 0: the option branches are not
+    generated, and LOSS and LSE stand in for the buffers they would read)."""
+    _ce_finish_opts(X, T, LOSS, LSE, LOSS, LSE, LOSS, _NO_OPTIONS, rows, rmask, M, S, SXV4, V, sxr, st, ignore_index,
+                    eps, SMOOTH, LSE.dtype.element_ty == tl.float64)
 
 
 @triton.jit
