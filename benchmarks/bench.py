@@ -61,18 +61,24 @@ def run_module(name, quick, impls, C, rows, ds=None, ops=()):
         for impl, fn in case["impls"].items():
             if fn is None or impl not in impls:
                 continue
+            peak = None
             try:
                 ms = bench(fn)
                 gbs = case["nbytes"] / ms / 1e6
+                if case.get("peak_memory"):  # cases that ask for it (cases_ce.peak_memory)
+                    import cases_ce
+                    peak = cases_ce.peak_memory(fn)
             except Exception as e:  # record, keep going
                 ms = gbs = float("nan")
                 print(f"{case['op']} {case['pass_']} {impl} D={case['D']}: {type(e).__name__}: {str(e)[:300]}",
                       file=sys.stderr)
             tflops = case["flops"] / ms / 1e9 if case.get("flops") else None
             rows.append(dict(op=case["op"], pass_=case["pass_"], dtype=case["dtype"], D=case["D"], N=case["N"],
-                             impl=impl, ms=ms, gbs=gbs, frac=gbs / C, tflops=tflops))
+                             impl=impl, ms=ms, gbs=gbs, frac=gbs / C, tflops=tflops,
+                             **({} if peak is None else {"peak_gib": peak})))
             rate = f"{tflops:.1f} TFLOP/s" if tflops is not None else f"{gbs:.0f} GB/s ({gbs / C:.2f} of copy)"
-            print(f"  {case['op']} {case['pass_']} {case['dtype']} D={case['D']} {impl}: {rate}",
+            mem = "" if peak is None else f", {ms:.2f} ms, peak {peak:.2f} GiB"
+            print(f"  {case['op']} {case['pass_']} {case['dtype']} D={case['D']} {impl}: {rate}{mem}",
                   file=sys.stderr, flush=True)
         del case
         torch.cuda.empty_cache()
@@ -154,6 +160,12 @@ def table(rows, C):
             else:
                 cells.append(f"{r['gbs']:9.0f} ({r['frac']:4.2f})" if r and not math.isnan(r["gbs"]) else f"{'-':>16s}")
         print(f"{op:16s} {pas:7s} {dt:9s} {D:8d} {N:8d} " + " ".join(cells))
+    timed = [r for r in rows if "peak_gib" in r]
+    if timed:  # cases bound by matmuls (cases_ce.lce_cases): time and peak memory per implementation
+        print("\ntime (ms) and peak allocated memory (GiB) of one step")
+        for r in timed:
+            print(f"{r['op']:20s} {r['dtype']:9s} V={r['D']:<8d} N={r['N']:<8d} {r['impl']:8s} "
+                  f"{r['ms']:9.2f} ms {r['peak_gib']:8.2f} GiB")
 
 
 def _plots(rows, C, out):

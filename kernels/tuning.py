@@ -137,6 +137,7 @@ OVERRIDES = {
     "CE_KERNELS_NUM_WARPS": "cross-entropy warps per program",
     "ATTN_KERNELS_FWD": "attention forward BLOCK_M/BLOCK_N/num_warps/num_stages, every head dimension",
     "ATTN_KERNELS_BWD": "attention backward BLOCK_M1/BLOCK_N1/BLOCK_M2/BLOCK_N2/num_warps/num_stages",
+    "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",
 }
 # read once, when the package is imported (an A/B switch of the launch path, not a launch shape)
 DIRECT_LAUNCH = os.environ.get("KERNELS_DIRECT_LAUNCH", "1") not in ("", "0")  # 0: every launch through Triton's JIT function

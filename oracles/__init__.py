@@ -9,10 +9,11 @@ from .semantics import ATTENTION_SEMANTICS, CE_SEMANTICS, MERGE_SEMANTICS, SEMAN
 from .merge import attention, attention_abs, attention_merge, merge_states, merge_weights, softmax_merge
 from . import cross_entropy as ce
 from . import sdpa
+from . import linear_cross_entropy as lce
 
 __all__ = [
     "softmax", "log_softmax", "logsumexp", "softmax_backward", "log_softmax_backward", "row_stats",
     "fd_grad", "mp_softmax", "mp_log_softmax", "mp_logsumexp", "SEMANTICS",
     "MERGE_SEMANTICS", "softmax_merge", "attention_merge", "merge_states", "attention", "attention_abs", "merge_weights",
-    "ce", "CE_SEMANTICS", "sdpa", "ATTENTION_SEMANTICS",
+    "ce", "CE_SEMANTICS", "sdpa", "ATTENTION_SEMANTICS", "lce",
 ]
