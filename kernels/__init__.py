@@ -4,6 +4,8 @@ Every function reduces along ``dim`` (default -1) of a float16/bfloat16/float32/
 any shape and strides, and returns a freshly allocated contiguous tensor. ``softmax_merge`` and
 ``attention_merge`` merge two (softmax or attention output, logsumexp) states of column chunks
 (kernels/_merge.py), ``merge_states`` merges S attention states at once (kernels/_merge_states.py).
+``attention`` is flash attention returning (o, lse), with ``attention_backward`` its explicit VJP
+and ``attention_block_boundaries`` its block sizes (kernels/_attention.py).
 The forward ops are
 differentiable (torch.library custom ops with autograd, usable under torch.compile); the
 ``*_backward`` functions are explicit VJPs.
@@ -19,6 +21,8 @@ from ._merge import attention_merge, softmax_merge
 from ._merge_states import merge_states
 from . import _cross_entropy as _ce
 from .library import CrossEntropyFunction, cross_entropy_backward_op, cross_entropy_op
+from ._attention import attention, attention_backward
+from ._attention import block_boundaries as attention_block_boundaries
 
 SUITE_REFUSALS = ()  # the project's kernels refuse no valid input: any exception is a failure
 
@@ -80,5 +84,6 @@ __all__ = [
     "cross_entropy", "cross_entropy_backward",
     "softmax", "softmax_backward", "log_softmax", "log_softmax_backward", "logsumexp",
     "softmax_merge", "attention_merge", "merge_states",
+    "attention", "attention_backward", "attention_block_boundaries",
     "block_boundaries", "compiled_kernel_count", "interpreting", "max_block", "SUITE_REFUSALS",
 ]
