@@ -120,6 +120,8 @@ register(OpSpec("cross_entropy_backward", "cross_entropy", ("logits", "target", 
                 forward="cross_entropy", semantics=_ce_rows(True), torch_ref=torch_target.cross_entropy_backward,
                 options=CE_OPTIONS))
 
+from .families import attention  # noqa: E402,F401  (the attention family: its ops and laws)
+
 
 # ----------------------------------------------------------------------------------------------
 # the target
@@ -206,6 +208,14 @@ class Target:
             return "dim" in inspect.signature(self.fn(op_name)).parameters
         except (TypeError, ValueError):
             return False
+
+    def accepts_option(self, op_name: str, option: str) -> bool:
+        """The op's function takes the keyword option (by name, or through **kwargs)."""
+        try:
+            params = inspect.signature(self.fn(op_name)).parameters
+        except (TypeError, ValueError):
+            return False
+        return option in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
     def call(self, op_name: str, *tensors, **kw):
         return self.fn(op_name)(*tensors, **kw)

@@ -403,6 +403,8 @@ def target(pytestconfig):
             S.BOUNDARIES.values = tuple(sorted({v for d in S.DTYPES for v in b(d)}))
         except TypeError:
             S.BOUNDARIES.values = tuple(b())
+    from .families.attention import strategies as attention_strategies
+    attention_strategies.TARGET.module = t.module  # its attention declarations (alignment, block sizes)
     return t
 
 

@@ -87,7 +87,10 @@ class OpSpec:
       the names reproducers and reports use). options: the keyword options every call passes
       (cross-entropy's ignore_index, reduction, label_smoothing); a case's values for them come
       from the case (``case.kwargs()``). A target's function must accept ``name(*args,
-      **options)``: the plugin checks its signature before any test runs.
+      **options)``: the plugin checks its signature before any test runs. optional: keyword
+      options a target may lack (attention's causal, scale, window, softcap), passed only where a
+      case uses them: a case using one the target's function does not take is discarded, and a
+      law that needs one (``needs=("option:NAME",)``) is skipped with that reason.
     Meaning
       oracle: the FP64 function the op computes (float64 tensors in, float64 out; options as
       keywords). truth(case, args, strict=False) -> Truth: the reference of every output at these
@@ -141,6 +144,7 @@ class OpSpec:
     semantics: tuple = field(default=(), repr=False)
     torch_ref: Optional[Callable] = None
     options: tuple = ()
+    optional: tuple = ()
 
     def __post_init__(self):
         if not self.name.isidentifier():

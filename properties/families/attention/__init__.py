@@ -1,0 +1,36 @@
+"""Attention: ``attention(q, k, v, *, causal, scale, window, softcap) -> (o, lse)`` and its explicit
+VJP ``attention_backward(q, k, v, o, lse, do, *, ...) -> (dq, dk, dv)`` (docs/contract.md), drawn as
+an AttnCase. The options are optional (OpSpec.optional): a target offers those its function takes,
+and declares its causal alignment (``ATTENTION_CAUSAL_ALIGNMENT``, bottom-right by default).
+
+* ``case.py``: AttnCase and its layouts; ``strategies.py``: attn_cases;
+* ``bounds.py``: the error bounds (their derivation); ``truth.py``: the FP64 truth of each output;
+* ``laws.py``: the family's laws.
+
+Importing this package registers the ops and their laws."""
+from __future__ import annotations
+
+from softmax_properties.oracles import sdpa
+
+from ...spec import OpSpec, lse_dtype, register
+from ...targets import torch as torch_target
+from . import strategies as S, truth
+
+OPTIONS = ("causal", "scale", "window", "softcap")
+
+
+def _forward_oracle(q, k, v, **options):
+    return sdpa.attention(q, k, v, **options)
+
+
+def _backward_oracle(q, k, v, o, lse, do, **options):
+    return sdpa.attention_backward(q, k, v, do, **options)
+
+
+register(OpSpec("attention", "attention", ("q", "k", "v"), _forward_oracle, truth.attention_truth, S.attn_case,
+                optional=OPTIONS, torch_ref=torch_target.attention))
+register(OpSpec("attention_backward", "attention", ("q", "k", "v", "o", "lse", "do"), _backward_oracle,
+                truth.attention_backward_truth, S.attn_case, forward="attention", optional=OPTIONS,
+                torch_ref=torch_target.attention_backward))
+
+from . import laws  # noqa: E402,F401  (the family's laws, registered after its ops)
