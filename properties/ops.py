@@ -236,6 +236,8 @@ class Target:
             out = self.call(op_name, *args, **kwargs)
         except Exception as e:  # an op that cannot take such an input (a refusal of the dtype included)
             return f"{type(e).__name__}: {str(e)[:200]}"
+        if isinstance(out, (tuple, list)) and out:  # an op of several outputs: its first (attention's o)
+            out = out[0]
         if not isinstance(out, torch.Tensor):
             return f"it returned {type(out).__name__}, not a tensor"
         return None if out.requires_grad else "its output does not require grad"

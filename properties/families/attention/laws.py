@@ -93,6 +93,63 @@ def split_kv_equivalence(case, target):
                  call.replace("# vs attention", "\nout = lse  # vs attention"), dtype=torch.float64, out_name="lse")
 
 
+@invariant(forward)
+def key_permutation_invariance(case, target):
+    """Permuting the keys together with their values (no causal or window mask, whose positions
+    matter) leaves o and lse unchanged: softmax and the weighted sum are symmetric in the keys.
+    The permutation comes from the case's seed. Bound: both calls within their bound of the same
+    FP64 truth, so the two within twice the bound."""
+    assume(not _masked(case) and case.Lk >= 2)
+    q, k, v = case.tensors(target.device)
+    perm = torch.randperm(case.Lk, generator=torch.Generator().manual_seed(case.seed)).tolist()
+    o1, l1 = _call(case, target, q, k, v)
+    o2, l2 = _call(case, target, q, k[:, :, perm], v[:, :, perm])
+    (e, el), _ = forward_truth(case, q, k, v)
+    kw = "".join(f", {k_}={v_!r}" for k_, v_ in case.kwargs().items())
+    call = (f"perm = {perm!r}\nfirst = target.attention(q, k, v{kw})\n"
+            f"out = target.attention(q, k[:, :, perm], v[:, :, perm]{kw})\n")
+    assert_close(case, target, o2, o1.double(), 2 * e.tol, "o changed when the keys and values were permuted",
+                 call + "out = out[0]  # vs first[0]")
+    assert_close(case, target, l2, l1.double(), 2 * el.tol, "lse changed when the keys and values were permuted",
+                 call + "out = out[1]  # vs first[1]", dtype=lse_dtype(case.dtype), out_name="lse")
+
+
+@invariant(forward)
+def key_shift(case, target):
+    """Adding one vector u to every key adds scale q_i.u to each score of query i (masked or not),
+    so o is unchanged and lse moves by scale q_i.u (no softcap, which bends the scores). u: +-1/2,
+    +-1 per column from the case's seed; k + u is rounded to the dtype, so each bound adds the
+    exact FP64 effect of that rounding (|o64(k') - o64(k)|, |lse64(k') - lse64(k) - scale q.u|) to
+    the bounds of the two calls (bounds.py)."""
+    assume(not case.softcap and case.Lk >= 1 and case.Lq >= 1)
+    q, k, v = case.tensors(target.device)
+    gen = torch.Generator().manual_seed(case.seed + 11)
+    u = ((torch.randint(0, 2, (case.D,), generator=gen) * 2 - 1) * 2.0 ** -torch.randint(0, 2, (case.D,),
+                                                                                        generator=gen)).double()
+    u = u.to(k.device)
+    k2 = (k.double() + u).to(k.dtype)
+    o1, l1 = _call(case, target, q, k, v)
+    o2, l2 = _call(case, target, q, k2, v)
+    (e1, el1), _ = forward_truth(case, q, k, v)
+    (e2, el2), _ = forward_truth(case, q, k2, v)
+    moved = case.scale_value * (q.double() @ u)  # (B, Hq, Lq)
+    seen = torch.isfinite(el1.ref)
+    d_lse = torch.where(seen, moved, 0.0)
+    tol_o = e1.tol + e2.tol + (e2.ref - e1.ref).abs()
+    gap = torch.where(seen, (el2.ref - el1.ref - d_lse).abs(), 0.0)
+    tol_l = el1.tol + el2.tol + gap + 2.0**-52 * (moved.abs() + el1.ref.abs().nan_to_num(posinf=0.0, neginf=0.0))
+    kw = "".join(f", {k_}={v_!r}" for k_, v_ in case.kwargs().items())
+    call = (f"u = torch.tensor({u.tolist()!r}, dtype=torch.float64, device=device)\n"
+            f"first = target.attention(q, k, v{kw})\n"
+            f"out = target.attention(q, (k.double() + u).to(k.dtype), v{kw})\n")
+    assert_close(case, target, o2, o1.double(), tol_o, "o changed when one vector was added to every key",
+                 call + "out = out[0]  # vs first[0]")
+    want = torch.where(seen, l1.double() + d_lse, l1.double())
+    assert_close(case, target, l2, want, tol_l, "lse did not move by scale q.u when u was added to every key",
+                 call + f"out = out[1]  # vs first[1] + {case.scale_value!r} * (q.double() @ u)",
+                 dtype=lse_dtype(case.dtype), out_name="lse")
+
+
 def _pow2_shift(case):
     """A row vector c (Dv,) of powers of two (+-1, +-2, +-4), from the case's seed."""
     g = torch.Generator().manual_seed(case.seed + 7)
@@ -223,6 +280,34 @@ def grouped_heads_match_repeated(case, target):
                  "the grouped attention", call + "out = out[0]  # vs first[0]")
     assert_close(case, target, l2, l1.double(), 2 * el.tol, "lse with k, v repeated differs from the grouped lse",
                  call + "out = out[1]  # vs first[1]", dtype=lse_dtype(case.dtype), out_name="lse")
+
+
+@invariant(forward, needs=("autograd",))
+def attention_autograd_matches_vjp(case, target):
+    """Autograd through attention's o: with q, k, v leaves (as laid out) and o's cotangent do
+    (seeded by the case), torch.autograd.grad(o, (q, k, v), do) equals the FP64 VJP (oracles/sdpa.py
+    attention_backward) within the backward's bounds (bounds.py), each gradient in its input's
+    shape and dtype; judged in the dtypes where the target's attention is differentiable."""
+    assume(case.dtype in target.autograd_dtypes(case.op))
+    q, k, v = (t.detach().requires_grad_(True) for t in case.tensors(target.device))
+    do = case.logical("do", target.device)
+    with torch.enable_grad():
+        o, _ = _call(case, target, q, k, v)
+        if not o.requires_grad:
+            fail(case, target, "o does not require grad for inputs that do")
+        grads = torch.autograd.grad(o, (q, k, v), do, allow_unused=True)
+    truths = grads_truth(case, q.detach(), k.detach(), v.detach(), do)
+    kw = "".join(f", {k_}={v_!r}" for k_, v_ in case.kwargs().items())
+    head = (f"q, k, v = (t.detach().requires_grad_() for t in (q, k, v))\n{case._value_code(3, 'do')}\ndo = V\n"
+            f"o, lse = target.attention(q, k, v{kw})\ngrads = torch.autograd.grad(o, (q, k, v), do)\n")
+    for i, (name, got, e, x) in enumerate(zip(("dq", "dk", "dv"), grads, truths, (q, k, v))):
+        call = head + f"out = grads[{i}]  # {name} vs the FP64 VJP"
+        if got is None or tuple(got.shape) != tuple(x.shape) or got.dtype != x.dtype:
+            have = None if got is None else (tuple(got.shape), got.dtype)
+            fail(case, target, f"{name} from autograd is {have}, expected shape {tuple(x.shape)} and {x.dtype}",
+                 call=call)
+        assert_close(case, target, got, e.ref, e.tol, f"{name} from autograd through o differs from the FP64 VJP",
+                     call, dtype=case.dtype, out_name=name)
 
 
 @invariant(backward)
