@@ -72,10 +72,10 @@ class Pieces:
         from softmax_properties.oracles import sdpa
         self.case = case
         g = case.group
-        self.q, self.k, self.v = (t.detach().to(torch.float64).cpu() for t in (q, k, v))
+        self.q, self.k, self.v = (t.detach().to(torch.float64) for t in (q, k, v))
         self.ke, self.ve = _expand(self.k, g), _expand(self.v, g)
         Lq, Lk = self.q.shape[2], self.k.shape[2]
-        self.vis = sdpa.visible(Lq, Lk, case.causal, case.window, case.alignment)
+        self.vis = sdpa.visible(Lq, Lk, case.causal, case.window, case.alignment, device=self.q.device)
         sc = case.scale_value
         self.scale = sc
         self.A = sc * torch.einsum("bhid,bhjd->bhij", self.q.abs(), self.ke.abs())
@@ -84,7 +84,7 @@ class Pieces:
         self.s = c * torch.tanh(self.t / c) if c else self.t
         s = torch.where(self.vis, self.s, -math.inf)
         self.P = sdpa.probabilities(self.q, self.k, **case.oracle_options())
-        m = s.amax(-1) if Lk else torch.full(s.shape[:-1], -math.inf, dtype=torch.float64)
+        m = s.amax(-1) if Lk else torch.full(s.shape[:-1], -math.inf, dtype=torch.float64, device=s.device)
         fin = torch.isfinite(m)
         ms = torch.where(fin, m, 0.0)
         self.d = torch.where(self.vis & fin[..., None], (s - ms[..., None]).abs(), 0.0)
@@ -146,7 +146,7 @@ def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool):
     g = case.group
     B, Hq, Lq, D = p.q.shape
     Hkv, Lk, Dv = p.k.shape[1], p.k.shape[2], p.v.shape[3]
-    do = do.detach().to(torch.float64).cpu()
+    do = do.detach().to(torch.float64)
     dPv = torch.einsum("bhid,bhjd->bhij", do, p.ve)
     Bd = torch.einsum("bhid,bhjd->bhij", do.abs(), p.ve.abs())
     delta = (p.P * dPv).sum(-1)

@@ -31,7 +31,7 @@ def grads_truth(case, q, k, v, do, strict=False) -> tuple:
     """(Expected dq, dk, dv): the FP64 VJP of o with cotangent do and its bounds."""
     dq, dk, dv = sdpa.attention_backward(q, k, v, do, **case.oracle_options())
     _, (p, o, eo) = forward_truth(case, q, k, v, strict)
-    eq, ek, ev = bounds.backward_eps(p, do, o.cpu(), eo, case.dtype, strict)
+    eq, ek, ev = bounds.backward_eps(p, do, o, eo, case.dtype, strict)
     dev = dq.device
     return tuple(Expected(n, r, T.total_tolerance(e.to(dev), r, case.dtype, case.dtype), case.dtype)
                  for n, r, e in (("dq", dq, eq), ("dk", dk, ek), ("dv", dv, ev)))
