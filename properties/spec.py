@@ -107,7 +107,8 @@ class OpSpec:
       cases(draw, spec, families, max_cols) -> case: draws a case (strategies.cases calls it);
       many_rows(draw, spec) -> case: thousands of short rows (None: no many-rows case).
     Attributes the laws select by
-      family: "softmax", "merge", "merge_states" or "cross_entropy" (the family laws that apply).
+      family: "softmax", "merge", "merge_states", "cross_entropy" or "attention" (the family laws
+      that apply).
       forward: for an explicit VJP, the forward op whose output its first argument is.
       differentiable: autograd differentiates the op's output (gradcheck, autograd composition).
       has_dim: the op takes ``dim=`` (the dim laws run where the target's function takes it).

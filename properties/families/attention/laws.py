@@ -222,14 +222,15 @@ def _invisible_change(case, q):
     return best
 
 
-@invariant(forward, strict="mask_locality_strict")
+@invariant(forward, needs=("option:causal",), strict="mask_locality_strict")
 def mask_locality(case, target, strict=False):
     """Under a causal or window mask, changing the keys and values a query cannot see leaves its
     row unchanged: the changed keys (a suffix j >= J0 or a prefix j < J0 of the keys) get new
     finite values (k -> 2k + 1, v -> 2v - 3), and every row that sees none of them keeps its o
     and lse. Default tier: within the row's bound (the FP64 truth of the row is the same);
     strict: bitwise (a kernel whose arithmetic for a row depends on keys the row cannot see, such
-    as a row max taken before masking, changes in the last bits)."""
+    as a row max taken before masking, changes in the last bits). Needs the causal option (a
+    target without it is skipped, naming it); windows are drawn where the target takes them."""
     assume(_masked(case) and case.Lk >= 2)
     q, k, v = case.tensors(target.device)
     pick = _invisible_change(case, q)
@@ -346,8 +347,9 @@ def zero_sum_vjps(case, target):
 @invariant(attention_op, families=("empty",))
 def attention_empty_rows(case, target):
     """A query that sees no key (Lk = 0, or a mask that leaves it none) gets o = 0 and lse = -inf
-    (the empty state of the merges), and its gradient dq is 0, as is every gradient when Lk = 0:
-    exactly, whatever the tier (nothing is summed)."""
+    (the empty state of the merges, ATTENTION_SEMANTICS), and its row of dq is 0: exactly,
+    whatever the tier (nothing is summed). (What such a row adds to dk and dv, nothing, the oracle
+    law and zero_sum_vjps judge.)"""
     args = case.tensors(target.device)
     out = outputs(op_call(case, target, *args))
     vis = sdpa.visible(case.Lq, case.Lk, case.causal, case.window, case.alignment)
