@@ -24,7 +24,9 @@ must then allow any redistribution of the weights). The softmax itself adds, rel
 r_ij = u (2 |d_ij| + 2 H_i + 5 dep_L + 10) (softmax_bound's terms; an online softmax rescales a
 term once per later key block with a 4u exp each, at most dep_L times); P rounded to the input
 dtype for the P V product (every 16-bit flash kernel and torch's composition) adds u_in (16-bit
-only). |err P_ij| <= dP_ij = min(P_ij (expm1(E_ij + Emax_i + r_ij) + u_P), 1).
+only), and below that dtype's normal range half its subnormal spacing, sub = 2**(emin -
+precision), absolutely. |err P_ij| <= dP_ij = min(P_ij (expm1(E_ij + Emax_i + r_ij) + u_P) + sub,
+1).
 
 o_ic = sum_j P_ij v_jc: |err| <= sum_j dP_ij |v_jc| + dep_L u sum_j P_ij |v_jc| (the sum), before
 the final rounding to the output dtype (tolerances.total_tolerance adds half an ulp and the FTZ
@@ -108,7 +110,11 @@ def _weights_error(p: Pieces, E, u, u_P, dep_L, extra=None) -> torch.Tensor:
     x = E + Emax + r
     if extra is not None:
         x = x + extra[..., None]
-    return torch.where(p.P > 0, torch.clamp(p.P * (torch.expm1(x) + u_P), max=1.0), 0.0)
+    # rounded to a 16-bit dtype (u_P > 0), a weight below its normal range is off by up to half its
+    # subnormal spacing, 2**(emin - precision), whatever its size (float16: 3e-8 for weights below
+    # 6.1e-5)
+    sub = 2.0 ** (T.TABLE[p.case.dtype].emin - T.TABLE[p.case.dtype].precision) if u_P else 0.0
+    return torch.where(p.P > 0, torch.clamp(p.P * (torch.expm1(x) + u_P) + sub, max=1.0), 0.0)
 
 
 def _params(dtype, strict, u):
