@@ -32,4 +32,6 @@ def skip_reason(inv, op, target):
                     f"autograd probe: {target.autograd_refused(op, (torch.float64,))})")
         if need.startswith("op:") and not target.has(need[3:]):
             return f"the law needs {need[3:]}, which target {target.name} does not offer"
+        if need.startswith("option:") and not target.accepts_option(op, need[7:]):
+            return f"the law needs the {need[7:]}= option, which {target.name}.{op} does not take"
     return None

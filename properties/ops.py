@@ -99,6 +99,14 @@ class Target:
         except (TypeError, ValueError):
             return False
 
+    def accepts_option(self, op_name: str, option: str) -> bool:
+        """The op's function takes the keyword option (by name, or through **kwargs)."""
+        try:
+            params = inspect.signature(self.fn(op_name)).parameters
+        except (TypeError, ValueError):
+            return False
+        return option in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
     def call(self, op_name: str, *tensors, **kw):
         return self.fn(op_name)(*tensors, **kw)
 
@@ -118,6 +126,8 @@ class Target:
             out = self.call(op_name, *args, **kwargs)
         except Exception as e:  # an op that cannot take such an input (a refusal of the dtype included)
             return f"{type(e).__name__}: {str(e)[:200]}"
+        if isinstance(out, (tuple, list)) and out:  # an op of several outputs: its first (attention's o)
+            out = out[0]
         if not isinstance(out, torch.Tensor):
             return f"it returned {type(out).__name__}, not a tensor"
         return None if out.requires_grad else "its output does not require grad"

@@ -426,6 +426,7 @@ def target(pytestconfig):
             S.BOUNDARIES.values = tuple(sorted({v for d in S.DTYPES for v in b(d)}))
         except TypeError:
             S.BOUNDARIES.values = tuple(b())
+    S.TARGET.module = t.module  # for what a family's strategies read from it
     return t
 
 

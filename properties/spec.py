@@ -97,7 +97,10 @@ class OpSpec:
       the names reproducers and reports use). options: the keyword options every call passes
       (cross-entropy's ignore_index, reduction, label_smoothing); a case's values for them come
       from the case (``case.kwargs()``). A target's function must accept ``name(*args,
-      **options)``: the plugin checks its signature before any test runs.
+      **options)``: the plugin checks its signature before any test runs. optional: keyword
+      options a target may lack (attention's causal, scale, window, softcap), passed only where a
+      case uses them: a case using one the target's function does not take is discarded, and a
+      law that needs one (``needs=("option:NAME",)``) is skipped with that reason.
     Meaning
       oracle: the FP64 function the op computes (float64 tensors in, float64 out; options as
       keywords); what it gives is the FP64 truth. truth(case, args, strict=False) -> Truth: the
@@ -115,7 +118,8 @@ class OpSpec:
       cases(draw, spec, families, max_cols) -> case: draws a case (strategies.cases calls it);
       many_rows(draw, spec) -> case: thousands of short rows (None: no many-rows case).
     Attributes the laws select by
-      family: "softmax", "merge", "merge_states" or "cross_entropy" (the family laws that apply).
+      family: "softmax", "merge", "merge_states", "cross_entropy" or "attention" (the family laws
+      that apply).
       forward: for an explicit VJP, the forward op whose output its first argument is.
       differentiable: autograd differentiates the op's output (gradcheck, autograd composition).
       has_dim: the op takes ``dim=`` (the dim laws run where the target's function takes it).
@@ -152,6 +156,7 @@ class OpSpec:
     semantics: tuple = field(default=(), repr=False)
     torch_ref: Optional[Callable] = None
     options: tuple = ()
+    optional: tuple = ()
 
     def __post_init__(self):
         if not self.name.isidentifier():

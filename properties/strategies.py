@@ -396,6 +396,16 @@ class _Bounds:
 BOUNDARIES = _Bounds()  # the plugin replaces values with the target's block_boundaries(), if any
 
 
+class _Target:
+    """The module the run tests (set by the plugin's target fixture; None: none declared), for
+    the declarations a family's strategies read from it (attention: its causal alignment and
+    block sizes)."""
+    module = None
+
+
+TARGET = _Target()
+
+
 MANY_ROWS = "many_rows"  # a marker family: thousands of short rows (many_rows_cases)
 MASKED_CHUNKS = "masked_chunks"  # a marker family: rows past 2**k with whole -inf chunks (masked_chunks_input)
 

@@ -8,4 +8,4 @@ composes, which it names in its ``COMPOSES`` (merge_states composes the two-stat
 properties/selftest/test_imports.py checks both."""
 
 
-from . import softmax, merge, merge_states, cross_entropy  # noqa: F401  (registration order)
+from . import softmax, merge, merge_states, cross_entropy, attention  # noqa: F401  (registration order)

@@ -12,6 +12,7 @@ from hypothesis import reject
 
 from .. import record, tolerances
 from ..failures import WrongOutput
+from ..spec import OPS
 from ._registry import fail
 
 
@@ -19,7 +20,13 @@ from ._registry import fail
 # calling the target
 # ----------------------------------------------------------------------------------------------
 def run(target, op, *tensors, **kw):
-    """Call the target; a declared refusal discards the example, anything else propagates."""
+    """Call the target; a declared refusal discards the example, anything else propagates. A case
+    passing an optional keyword option (OpSpec.optional) that the target's function does not take
+    is discarded: the target does not offer that problem (laws that need the option say so in
+    their skip reason)."""
+    optional = getattr(OPS.get(op), "optional", ())
+    if optional and any(k in optional and not target.accepts_option(op, k) for k in kw):
+        reject()
     try:
         return target.call(op, *tensors, **kw)
     except target.refusals as e:

@@ -85,9 +85,9 @@ def invariant(applies: Callable, *, needs=(), families=None, max_cols=None, tier
     if tier not in TIERS:
         raise ValueError(f"tier must be one of {TIERS}, got {tier!r}")
     for need in needs:
-        if need not in ("dim", "autograd", "float64", "cuda") and not need.startswith("op:"):
-            raise ValueError(f"needs: each entry must be 'dim', 'autograd', 'float64', 'cuda' or 'op:NAME', "
-                             f"got {need!r}")
+        if need not in ("dim", "autograd", "float64", "cuda") and not need.startswith(("op:", "option:")):
+            raise ValueError(f"needs: each entry must be 'dim', 'autograd', 'float64', 'cuda', 'op:NAME' or "
+                             f"'option:NAME', got {need!r}")
     if "float64" in needs and "autograd" not in needs:
         raise ValueError("needs: 'float64' (differentiable in float64) comes with 'autograd'")
 

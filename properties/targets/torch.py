@@ -17,6 +17,13 @@ with the reason) or a defect of the suite. Each function is what a user would wr
   lse = -inf, weighs exactly 0; two empty sides give o = 0 and lse = -inf, softmax NaN).
 * ``cross_entropy``: ``torch.nn.functional.cross_entropy`` on the rows flattened to (N, V);
   ``cross_entropy_backward``: autograd through it.
+* ``attention``: what SDPA offers (``causal``, ``scale``, grouped heads; no window, no softcap),
+  composed as a user writes it: ``softmax(q k^T scale) v`` in the input dtype (matmuls accumulate
+  in float32 and round to 16 bits for 16-bit inputs), lse from ``torch.logsumexp`` of the scores
+  in float32 (float64 for float64). Causal is top-left aligned, as SDPA's ``is_causal``
+  (``ATTENTION_CAUSAL_ALIGNMENT``). On CUDA, 16-bit inputs with equal head counts go through
+  SDPA's flash backend, which returns its lse. A query without a key gets o = 0, lse = -inf.
+  ``attention_backward``: autograd through the composition.
 
 Every function takes ``dim=`` like torch's own, so ``dim_argument`` runs. Nothing is refused
 (``SUITE_REFUSALS = ()``): torch raises only for inputs the suite never draws.
@@ -102,3 +109,42 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     loss = cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing)
     (dx,) = torch.autograd.grad(loss, x, dloss.to(loss.dtype))
     return dx
+
+
+ATTENTION_CAUSAL_ALIGNMENT = "top_left"  # SDPA's is_causal: query i sees keys j <= i
+
+
+def _flash(q, k, v, causal, scale):
+    """(o, lse) from SDPA's flash backend, or None where it does not apply."""
+    if not (q.is_cuda and q.dtype in (torch.float16, torch.bfloat16) and q.shape[1] == k.shape[1]
+            and q.shape[-1] == v.shape[-1] and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256
+            and min(q.shape[2], k.shape[2]) > 0 and not q.requires_grad):
+        return None
+    out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False, scale=scale)
+    return out[0], out[1]
+
+
+def attention(q, k, v, *, causal=False, scale=None):
+    g = q.shape[1] // k.shape[1]
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    got = _flash(q, k, v, causal, scale)
+    if got is not None:
+        return got
+    if g > 1:
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    s = (q @ k.transpose(-1, -2)) * scale
+    Lq, Lk = s.shape[-2], s.shape[-1]
+    if causal:
+        seen = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~seen, -torch.inf)
+    empty = (s == -torch.inf).all(-1, keepdim=True)  # no key to attend to (Lk = 0 included)
+    lse = torch.logsumexp(s.to(_lse_dtype(q.dtype)), -1)
+    p = torch.softmax(s.masked_fill(empty, 0.0), -1).masked_fill(empty, 0.0)
+    return p @ v, lse
+
+
+def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None):
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    with torch.enable_grad():
+        out, _ = attention(q, k, v, causal=causal, scale=scale)
+    return torch.autograd.grad(out, (q, k, v), do)

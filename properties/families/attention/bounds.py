@@ -1,0 +1,190 @@
+"""Error bounds of attention's outputs: first-order error analysis of two dot products (length D,
+then Lk) around a softmax, for the default tier (any summation order, scores and intermediate
+results possibly rounded to a 16-bit input dtype, as torch's eager composition does) and the
+strict tier (the tight order of a flash kernel: float32 scores, sequential chains of depth(n)).
+
+Notation (per batch b, query head h, query i, key j; float64 tensors): u the compute precision's
+unit roundoff (tolerances.TABLE: 2**-24, 2**-53 for float64); u_in the input dtype's
+(2**-precision: 2**-11 float16, 2**-8 bfloat16; u for float32 / float64); A_ij = scale sum_d
+|q_id k_jd|; t_ij = scale q_i.k_j, s_ij the (soft-capped) score, P_ij its softmax weight over the
+visible keys, m_i the row max, d_ij = s_ij - m_i, H_i = sum_j P_ij |d_ij|, lse_i = m_i + log S_i.
+
+Scores. The dot product of D terms in any order is within gamma_{D-1} A (Higham 3.1: depth_any(D)
+u A); the scale's product and its constant (log2(e) folded in by base-2 kernels) add 3u |t|. The
+default tier also lets the scores be rounded to u_in twice (the matmul's output and the scaled
+product in the input dtype: torch's eager composition for 16-bit inputs): + 2 u_in |t|. Softcap
+c tanh(t / c) passes an error of t with factor sech^2 <= 1 and adds 6u |s| (division, tanh,
+product). So |err s_ij| <= E_ij = (dep_D u + 3u + n u_in) A_ij + 6u |s_ij| [softcap], n = 2
+(default, 16-bit inputs) or 0 (strict, or 32/64-bit inputs, where u_in = u and 3u covers it).
+
+Weights. P_ij = exp(s_ij - lse_i). lse is 1-Lipschitz in the max norm, so the computed scores
+move lse by at most Emax_i = max over visible j of E_ij, and P_ij by the factor exp(E_ij + Emax_i)
+at most (not first order: scores of thousands in 16 bits carry errors of order 1, and the bound
+must then allow any redistribution of the weights). The softmax itself adds, relative to P_ij,
+r_ij = u (2 |d_ij| + 2 H_i + 5 dep_L + 10) (softmax_bound's terms; an online softmax rescales a
+term once per later key block with a 4u exp each, at most dep_L times); P rounded to the input
+dtype for the P V product (every 16-bit flash kernel and torch's composition) adds u_in (16-bit
+only), and below that dtype's normal range half its subnormal spacing, sub = 2**(emin -
+precision), absolutely. |err P_ij| <= dP_ij = min(P_ij (expm1(E_ij + Emax_i + r_ij) + u_P) + sub,
+1).
+
+o_ic = sum_j P_ij v_jc: |err| <= sum_j dP_ij |v_jc| + dep_L u sum_j P_ij |v_jc| (the sum), before
+the final rounding to the output dtype (tolerances.total_tolerance adds half an ulp and the FTZ
+floor). lse_i: Emax_i + u (2 H_i + 5 dep_L + 7 + 4 |log S_i| + |lse_i|) (ce_lse_error's online
+analysis: the sum, its rescales, log and the addition of m).
+
+The backward (dq, dk, dv of o's cotangent do): dP_ij = do_i . v_j within (dep_Dv u + n u_in)
+|do_i|.|v_j| (=: F_ij); Delta_i = sum_j P_ij dP_ij (or o_i . do_i from the rounded o: both routes
+are added) within sum_j (dP_ij |dP_ij| + P_ij F_ij) + dep_L u sum_j P_ij |dP_ij| + (eps_o_i +
+ulp(o_i)) . |do_i| + dep_Dv u |o_i|.|do_i|; dS_ij = P_ij (dP_ij - Delta_i) within
+dP_ij |dP_ij - Delta_i| + P_ij (F_ij + eps_Delta_i) + (3u + u_in) |dS_ij| (rounded to the input
+dtype for the next matmuls in 16 bits); with softcap dT = dS (1 - tanh^2(t / c)), within
+eps_dS f + |dS| (0.77 E_ij / c + 6u) (|d/dx (1 - tanh^2 x)| <= 0.77); dq_i = scale sum_j dT_ij
+k_j within scale (sum_j eps_dT_ij |k_j| + dep_L u sum_j |dT_ij| |k_j|) + u |dq_i|; dk_j = scale
+sum_i dT_ij q_i and dv_j = sum_i P_ij do_i, summed over the G query heads of a key / value head,
+likewise with dep_(G Lq). The explicit backward's P is formed from the given lse (float32): its
+rounding, u |lse_i|, adds to the exponent of dP.
+
+Each bound is also evaluated at tolerances.U_ORACLE (the FP64 oracle's own error) and added."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ... import tolerances
+
+_INPUT_U = {torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
+
+
+def input_u(dtype) -> float:
+    """u_in: the unit roundoff of a 16-bit input dtype (0 for float32 / float64, whose roundings
+    are the compute precision's)."""
+    return _INPUT_U.get(dtype, 0.0)
+
+
+def _expand(t: torch.Tensor, g: int) -> torch.Tensor:
+    return t if g == 1 else t.repeat_interleave(g, dim=1)
+
+
+class Pieces:
+    """The float64 quantities the bounds are made of, for one case's q, k, v (as laid out)."""
+
+    def __init__(self, case, q, k, v):
+        from softmax_properties.oracles import sdpa
+        self.case = case
+        g = case.group
+        self.q, self.k, self.v = (t.detach().to(torch.float64) for t in (q, k, v))
+        self.ke, self.ve = _expand(self.k, g), _expand(self.v, g)
+        Lq, Lk = self.q.shape[2], self.k.shape[2]
+        self.vis = sdpa.visible(Lq, Lk, case.causal, case.window, case.alignment, device=self.q.device)
+        sc = case.scale_value
+        self.scale = sc
+        self.A = sc * torch.einsum("bhid,bhjd->bhij", self.q.abs(), self.ke.abs())
+        self.t = sc * torch.einsum("bhid,bhjd->bhij", self.q, self.ke)
+        c = case.softcap or None
+        self.s = c * torch.tanh(self.t / c) if c else self.t
+        s = torch.where(self.vis, self.s, -math.inf)
+        self.P = sdpa.probabilities(self.q, self.k, **case.oracle_options())
+        m = s.amax(-1) if Lk else torch.full(s.shape[:-1], -math.inf, dtype=torch.float64, device=s.device)
+        fin = torch.isfinite(m)
+        ms = torch.where(fin, m, 0.0)
+        self.d = torch.where(self.vis & fin[..., None], (s - ms[..., None]).abs(), 0.0)
+        self.H = (self.P * self.d).sum(-1)
+        S_ = torch.where(self.vis & fin[..., None], torch.exp(s - ms[..., None]), 0.0).sum(-1)
+        self.logS = torch.where(fin, torch.log(S_.clamp_min(1e-300)), 0.0)
+        self.lse = torch.where(fin, ms + self.logS, -math.inf)
+
+
+def _score_error(p: Pieces, u, u_in, dep_D, n_in) -> torch.Tensor:
+    E = (dep_D * u + 3 * u + n_in * u_in) * p.A
+    if p.case.softcap:
+        E = E + 6 * u * p.s.abs()
+    return torch.where(p.vis, E, 0.0)
+
+
+def _weights_error(p: Pieces, E, u, u_P, dep_L, extra=None) -> torch.Tensor:
+    """dP_ij, the bound on the error of a computed weight (module docstring)."""
+    Emax = E.amax(-1, keepdim=True) if E.shape[-1] else E.sum(-1, keepdim=True)
+    r = u * (2 * p.d + 2 * p.H[..., None] + 5 * dep_L + 10)
+    x = E + Emax + r
+    if extra is not None:
+        x = x + extra[..., None]
+    # rounded to a 16-bit dtype (u_P > 0), a weight below its normal range is off by up to half its
+    # subnormal spacing, 2**(emin - precision), whatever its size (float16: 3e-8 for weights below
+    # 6.1e-5)
+    sub = 2.0 ** (tolerances.TABLE[p.case.dtype].emin - tolerances.TABLE[p.case.dtype].precision) if u_P else 0.0
+    return torch.where(p.P > 0, torch.clamp(p.P * (torch.expm1(x) + u_P) + sub, max=1.0), 0.0)
+
+
+def _params(dtype, strict, u):
+    """(u_in, n_in, u_P): the 16-bit roundings the tier allows at compute precision u."""
+    u_in = input_u(dtype)
+    if u_in == 0.0 or u < tolerances.TABLE[dtype].u_c:  # 32/64-bit inputs, or the FP64 oracle's own error
+        return 0.0, 0, 0.0
+    return u_in, (0 if strict else 2), u_in
+
+
+def _depth(n, strict):
+    return tolerances.depth(n) if strict else tolerances.depth_any(n)
+
+
+def forward_eps(p: Pieces, dtype, strict: bool):
+    """(eps_o (B, Hq, Lq, Dv), eps_lse (B, Hq, Lq)) before the final rounding."""
+    D, Lk = p.q.shape[-1], p.k.shape[2]
+    eo = el = 0.0
+    for u in (tolerances.TABLE[dtype].u_c, tolerances.U_ORACLE):
+        u_in, n_in, u_P = _params(dtype, strict, u)
+        dep_D, dep_L = _depth(D, strict), _depth(Lk, strict)
+        E = _score_error(p, u, u_in, dep_D, n_in)
+        dP = _weights_error(p, E, u, u_P, dep_L)
+        eo = eo + torch.einsum("bhij,bhjd->bhid", dP, p.ve.abs()) \
+            + dep_L * u * torch.einsum("bhij,bhjd->bhid", p.P, p.ve.abs())
+        Emax = E.amax(-1) if Lk else E.sum(-1)
+        el = el + Emax + u * (2 * p.H + 5 * dep_L + 7 + 4 * p.logS.abs() + torch.nan_to_num(p.lse.abs(), posinf=0.0))
+    return torch.nan_to_num(eo, nan=0.0), torch.nan_to_num(el, nan=0.0)
+
+
+def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool):
+    """(eps_dq, eps_dk, eps_dv) before the final rounding (module docstring). do: float64
+    cotangent; o_ref: the FP64 o; eps_o: forward_eps's bound on o."""
+    case = p.case
+    g = case.group
+    B, Hq, Lq, D = p.q.shape
+    Hkv, Lk, Dv = p.k.shape[1], p.k.shape[2], p.v.shape[3]
+    do = do.detach().to(torch.float64)
+    dPv = torch.einsum("bhid,bhjd->bhij", do, p.ve)
+    Bd = torch.einsum("bhid,bhjd->bhij", do.abs(), p.ve.abs())
+    delta = (p.P * dPv).sum(-1)
+    dS = p.P * (dPv - delta[..., None])
+    f = 1 - torch.tanh(p.t / case.softcap) ** 2 if case.softcap else None
+    dT = dS * f if f is not None else dS
+    ulp_o = tolerances.ulp(o_ref, dtype)
+    edq = edk = edv = 0.0
+    for u in (tolerances.TABLE[dtype].u_c, tolerances.U_ORACLE):
+        u_in, n_in, u_P = _params(dtype, strict, u)
+        u_r = u_in or u  # a 16-bit rounding of an intermediate result, else the compute precision's
+        dep_D, dep_L, dep_Dv, dep_Q = (_depth(n, strict) for n in (D, Lk, Dv, g * Lq))
+        E = _score_error(p, u, u_in, dep_D, n_in)
+        lse_round = u * torch.nan_to_num(p.lse.abs(), posinf=0.0, neginf=0.0)
+        dP = _weights_error(p, E, u, u_P, dep_L, extra=lse_round)
+        F = (dep_Dv * u + n_in * u_in) * Bd
+        e_delta = ((dP * dPv.abs()).sum(-1) + (p.P * F).sum(-1) + dep_L * u * (p.P * dPv.abs()).sum(-1)
+                   + ((eps_o + ulp_o) * do.abs()).sum(-1) + dep_Dv * u * (o_ref.abs() * do.abs()).sum(-1))
+        e_dS = dP * (dPv - delta[..., None]).abs() + p.P * (F + e_delta[..., None]) + (3 * u + u_r) * dS.abs()
+        if f is not None:
+            e_dT = e_dS * f + dS.abs() * (0.77 * E / case.softcap + 6 * u)
+        else:
+            e_dT = e_dS
+        e_dT = torch.where(p.vis, e_dT, 0.0)
+        edq = edq + p.scale * (torch.einsum("bhij,bhjd->bhid", e_dT, p.ke.abs())
+                               + dep_L * u * torch.einsum("bhij,bhjd->bhid", dT.abs(), p.ke.abs()))
+        edq = edq + u * (p.scale * torch.einsum("bhij,bhjd->bhid", dT, p.ke)).abs()
+        ek = p.scale * (torch.einsum("bhij,bhid->bhjd", e_dT, p.q.abs())
+                        + dep_Q * u * torch.einsum("bhij,bhid->bhjd", dT.abs(), p.q.abs()))
+        ev = (torch.einsum("bhij,bhid->bhjd", dP, do.abs())
+              + dep_Q * u * torch.einsum("bhij,bhid->bhjd", p.P, do.abs()))
+        dk_abs = (p.scale * torch.einsum("bhij,bhid->bhjd", dT, p.q)).abs()
+        edk = edk + ek.reshape(B, Hkv, g, Lk, D).sum(2) + u * dk_abs.reshape(B, Hkv, g, Lk, D).sum(2)
+        edv = edv + ev.reshape(B, Hkv, g, Lk, Dv).sum(2)
+    return tuple(torch.nan_to_num(e, nan=0.0) for e in (edq, edk, edv))
