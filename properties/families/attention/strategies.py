@@ -83,6 +83,10 @@ def attn_cases(draw, op: str, options=True, empty=False):
     # heads and batch within the score budget (B Hq Lq Lk <= max_elems / 4: ci 2048, the
     # interpreter's time grows with the programs, B Hq blocks of queries); one head always
     room = max(1, S.LIMITS.max_elems // 4 // max(Lq * max(Lk, 1), 1))
+    # and B Hq at most max_elems / 2048 (ci: 4; gpu: 1024): under the interpreter each (batch,
+    # head) is its own programs, 20-40 ms each per call (a case of 2 x 6 heads took 0.4 s forward
+    # and 1 s backward, against 0.08 and 0.2 s for 2 heads)
+    room = min(room, max(4, S.LIMITS.max_elems // 2048))
     Hkv = draw(st.integers(1, min(2, room)), label="Hkv")
     G = draw(st.sampled_from([g for g in (1, 1, 2, 3) if Hkv * g <= max(room, 1)] or [1]), label="group")
     B = draw(st.integers(1, max(1, min(2, room // (Hkv * G)))), label="B")
