@@ -228,18 +228,20 @@ def _ce_finish_opts(X, T, LOSS, LSE, LZ, W, OPT, flags, rows, rmask, M, S, SXV4,
         if SMOOTH:
             # two non-negative terms, each formed so it overflows only if it exceeds the range itself;
             # (1 - eps) * x_t is 0 * -inf = NaN for eps = 1 and x_t = -inf, as in torch
-            eps = (tl.zeros_like(lse_c) + eps).to(tl.float64)  # eps as the compute type holds it (the interpreter holds a float32 argument in float64)
-            keep = 1.0 - eps
+            # eps as the compute type holds it (the interpreter holds a float32 argument in float64); a
+            # name of its own: compiled, both sides of the runtime branch on flags must keep eps a scalar
+            eps_r = (tl.zeros_like(lse_c) + eps).to(tl.float64)
+            keep = 1.0 - eps_r
             # eps (lse - mean(x)) at a quarter scale: both terms and their difference stay in range
             # for float64 logits (the mean summed unscaled overflowed to -inf by rounding when every
             # logit was -finfo.max: float32, V = 81, eps = 0.1 gave a loss of inf for log 81), and
             # 4 * d overflows only where eps (lse - mean(x)) exceeds the range itself
             lse4 = lse * 0.25
             sxv4 = SXV4.to(tl.float64)
-            smooth = 4.0 * (eps * lse4 - eps * sxv4)
+            smooth = 4.0 * (eps_r * lse4 - eps_r * sxv4)
             # a label_smoothing below float32's range reaches a float32 kernel as 0, yet eps > 0
             # times an infinite lse - mean(x) is infinite (0 * inf would be NaN)
-            smooth = tl.where((eps == 0.0) & (lse4 - sxv4 == float("inf")), float("inf"), smooth)
+            smooth = tl.where((eps_r == 0.0) & (lse4 - sxv4 == float("inf")), float("inf"), smooth)
             loss = (keep * lse - keep * xt) + smooth
         else:
             loss = lse - xt
