@@ -2,7 +2,8 @@
 liger-kernel and fla-core with --impls; benchmarks/peers.py), in model bytes. Every
 ``benchmarks/cases_*.py`` module contributes cases: its ``cases(quick[, impls_wanted])`` yields
 dicts with op, pass_, dtype, D, N, nbytes and impls (name -> zero-argument callable, or None
-where that implementation does not apply). Each is timed with
+where that implementation does not apply), and optionally flops (attention: the table and plots
+then give TFLOP/s for the case). Each is timed with
 ``triton.testing.do_bench`` (median); the script reports GB/s and the fraction of a
 device-to-device copy measured in the same run, writes bench.json and one PNG per op and pass,
 and prints the table last.
@@ -60,17 +61,25 @@ def run_module(name, quick, impls, C, rows, ds=None, ops=()):
         for impl, fn in case["impls"].items():
             if fn is None or impl not in impls:
                 continue
+            peak = None
             try:
                 ms = bench(fn)
                 gbs = case["nbytes"] / ms / 1e6
+                if case.get("peak_memory"):  # cases that ask for it (cases_ce.peak_memory)
+                    import cases_ce
+                    peak = cases_ce.peak_memory(fn)
             except Exception as e:  # record, keep going
                 ms = gbs = float("nan")
                 print(f"{case['op']} {case['pass_']} {impl} D={case['D']}: {type(e).__name__}: {str(e)[:300]}",
                       file=sys.stderr)
+            tflops = case["flops"] / ms / 1e9 if case.get("flops") else None
             rows.append(dict(op=case["op"], pass_=case["pass_"], dtype=case["dtype"], D=case["D"], N=case["N"],
-                             impl=impl, ms=ms, gbs=gbs, frac=gbs / C))
-            print(f"  {case['op']} {case['pass_']} {case['dtype']} D={case['D']} {impl}: {gbs:.0f} GB/s "
-                  f"({gbs / C:.2f} of copy)", file=sys.stderr, flush=True)
+                             impl=impl, ms=ms, gbs=gbs, frac=gbs / C, tflops=tflops,
+                             **({} if peak is None else {"peak_gib": peak})))
+            rate = f"{tflops:.1f} TFLOP/s" if tflops is not None else f"{gbs:.0f} GB/s ({gbs / C:.2f} of copy)"
+            mem = "" if peak is None else f", {ms:.2f} ms, peak {peak:.2f} GiB"
+            print(f"  {case['op']} {case['pass_']} {case['dtype']} D={case['D']} {impl}: {rate}{mem}",
+                  file=sys.stderr, flush=True)
         del case
         torch.cuda.empty_cache()
 
@@ -79,7 +88,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer row lengths")
     ap.add_argument("--only", default="", help="comma-separated case modules (softmax, merge, ce, ...)")
-    ap.add_argument("--impls", default="ours,torch", help="implementations to time (ours, torch, compile, liger, fla: benchmarks/peers.py)")
+    ap.add_argument("--impls", default="ours,torch,flash,cudnn,flex", help="implementations to time (ours, torch, compile, liger, fla: benchmarks/peers.py; attention: flash, cudnn, flex)")
     ap.add_argument("--ops", default="", help="comma-separated ops to time (softmax, logsumexp, ...; default all)")
     ap.add_argument("--ds", default="", help="comma-separated row lengths, for modules that take them (softmax)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -100,7 +109,7 @@ def main():
     if args.only:
         names = [n for n in names if n in args.only.split(",")]
     C = copy_bw()
-    if "compile" in impls:
+    if impls & {"compile", "flex"}:
         # one compiled function serves every shape of a case module (dynamic=False: one graph per
         # shape, as a user with static shapes gets); past dynamo's recompile limit (8) it would
         # silently run eager, so the limit is raised above the number of shapes
@@ -134,7 +143,7 @@ def main():
 
 
 def table(rows, C):
-    order = [i for i in ("ours", "torch", "compile") if any(r["impl"] == i for r in rows)]
+    order = [i for i in ("ours", "torch", "compile", "flash", "cudnn", "flex") if any(r["impl"] == i for r in rows)]
     order += sorted({r["impl"] for r in rows} - set(order))
     print(f"\ncopy: {C:.0f} GB/s   device: {torch.cuda.get_device_name(0)}  torch {torch.__version__}  "
           f"triton {triton.__version__}   (GB/s in model bytes, and the fraction of copy)")
@@ -146,8 +155,17 @@ def table(rows, C):
         cells = []
         for i in order:
             r = d.get(i)
-            cells.append(f"{r['gbs']:9.0f} ({r['frac']:4.2f})" if r and not math.isnan(r["gbs"]) else f"{'-':>16s}")
+            if r and r.get("tflops") is not None and not math.isnan(r["tflops"]):
+                cells.append(f"{r['tflops']:8.1f} TFLOP/s")  # attention cases: compute-bound, not bytes
+            else:
+                cells.append(f"{r['gbs']:9.0f} ({r['frac']:4.2f})" if r and not math.isnan(r["gbs"]) else f"{'-':>16s}")
         print(f"{op:16s} {pas:7s} {dt:9s} {D:8d} {N:8d} " + " ".join(cells))
+    timed = [r for r in rows if "peak_gib" in r]
+    if timed:  # cases bound by matmuls (cases_ce.lce_cases): time and peak memory per implementation
+        print("\ntime (ms) and peak allocated memory (GiB) of one step")
+        for r in timed:
+            print(f"{r['op']:20s} {r['dtype']:9s} V={r['D']:<8d} N={r['N']:<8d} {r['impl']:8s} "
+                  f"{r['ms']:9.2f} ms {r['peak_gib']:8.2f} GiB")
 
 
 def _plots(rows, C, out):
@@ -165,13 +183,16 @@ def _plots(rows, C, out):
         sel = [r for r in sel if r["N"] == most[(r["dtype"], r["impl"], r["D"])]]
         for dt in sorted({r["dtype"] for r in sel}):
             for impl in sorted({r["impl"] for r in sel}):
-                pts = sorted((r["D"], r["gbs"]) for r in sel if r["dtype"] == dt and r["impl"] == impl)
+                pts = sorted((r["D"], r["tflops"] if r.get("tflops") is not None else r["gbs"])
+                             for r in sel if r["dtype"] == dt and r["impl"] == impl)
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{impl} {dt}")
-        ax.axhline(C, color="k", ls="--", lw=0.8, label="copy")
+        rate = any(r.get("tflops") is not None for r in sel)
+        if not rate:
+            ax.axhline(C, color="k", ls="--", lw=0.8, label="copy")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("row length D")
-        ax.set_ylabel("model GB/s")
+        ax.set_xlabel("sequence length L" if rate else "row length D")
+        ax.set_ylabel("TFLOP/s" if rate else "model GB/s")
         ax.set_title(f"{op} {pas}")
         ax.legend(fontsize=7)
         fig.tight_layout()

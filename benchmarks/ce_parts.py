@@ -91,7 +91,8 @@ def _launch_cost(n=200):
     loss = torch.empty(64, device="cuda")
     lse = torch.empty_like(loss)
     cfg = ce.config(64, 4096, x.dtype, x.device)
-    args = (x, t, loss, lse, loss, loss, loss, loss, 64, 4096, 4096, 1, -100, 1, cfg.chunk_cols, 0.0, 1 / 4096)
+    args = (x, t, loss, lse, loss, loss, loss, loss, lse, ce._dummy64(x.device), loss,  # no options: W, OPT, LZ unread
+            64, 4096, 4096, 1, -100, 1, cfg.chunk_cols, 0.0, 1 / 4096, 0)
     const = dict(F64=False, SMOOTH=False, SPLIT=False, VEC=2, BLOCK_R=cfg.block_r, BLOCK=cfg.block, GS=8)
     grid = cfg.grid(64)
     k = ce._ce_fwd_kernel[grid](*args, **const, num_warps=cfg.num_warps)

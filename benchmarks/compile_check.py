@@ -172,3 +172,48 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
                 print("merge_states ok", dt, BR, BD, two, vec, "SB", sb or "looped")
             except Exception as e:
                 print("merge_states FAIL", dt, BR, BD, two, vec, "SB", sb or "looped", str(e)[-1500:]); raise SystemExit(1)
+
+# attention (kernels/_attention.py): forward, the backward's delta, dk/dv and dq kernels, every
+# dtype at its GPU block shapes (kernels/tuning.py) for head dimensions 64, 128 and 256, with and
+# without softcap, window sides, even head dims and 16-byte vectors
+import torch
+from softmax_properties.kernels import _attention as AT
+_TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
+for dt, bd, softcap, left, right, even, vec in (
+        ("bf16", 64, False, False, True, True, True), ("bf16", 128, False, False, False, True, True),
+        ("fp16", 128, True, True, True, False, False), ("bf16", 256, False, True, True, True, True),
+        ("fp32", 64, False, False, True, True, True), ("fp32", 128, True, False, False, False, False),
+        ("fp64", 64, True, True, True, False, False), ("fp64", 256, False, False, True, True, True)):
+    lse = _LSE[dt]
+    flags = {"F64": dt == "fp64", "SOFTCAP": softcap, "LEFT": left, "RIGHT": right, "EVEN_D": even, "VEC": vec,
+             "BLOCK_D": bd, "BLOCK_DV": bd}
+    bm, bn, warps, stages = AT._table(_TORCH[dt], True)[bd]
+    s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": f"*{lse}", **{n: "i32" for n in AT._FWD_INTS},
+         **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2")}}
+    c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
+    try:
+        triton.compile(ASTSource(AT._attn_fwd_kernel, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
+                       options={"num_warps": warps, "num_stages": stages})
+        print("attention fwd ok", dt, bd, softcap, left, right, even, vec)
+    except Exception as e:
+        print("attention fwd FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
+    bm1, bn1, bm2, bn2, warps, stages = AT._table(_TORCH[dt], False)[bd]
+    s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
+         "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
+         **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
+    for kern, bm, bn in ((AT._attn_bwd_dkdv_kernel, bm1, bn1), (AT._attn_bwd_dq_kernel, bm2, bn2)):
+        c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
+        try:
+            triton.compile(ASTSource(kern, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
+                           options={"num_warps": warps, "num_stages": stages})
+            print("attention", kern.__name__, "ok", dt, bd, softcap, left, right, even, vec)
+        except Exception as e:
+            print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
+    s = {"O": f"*{dt}", "DO": f"*{dt}", "DLSE": f"*{lse}", "DELTA": f"*{lse}", **{n: "i32" for n in AT._DELTA_INTS}}
+    c = {"F64": dt == "fp64", "HAS_DLSE": softcap, "BLOCK_R": 16, "BLOCK_DV": bd}
+    try:
+        triton.compile(ASTSource(AT._attn_delta_kernel, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
+                       options={"num_warps": 4})
+        print("attention delta ok", dt, bd)
+    except Exception as e:
+        print("attention delta FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)

@@ -20,6 +20,9 @@ status=$?
 echo "suite wall time: $(( $(date +%s) - start )) s, exit status $status," \
      "Triton compilations in the run: $(find "$TRITON_CACHE_DIR" -name '*.cubin' | wc -l)" | tee -a "$OUT/suite.log"
 find "$TRITON_CACHE_DIR" -name '*.cubin' -printf '%f\n' | sed 's/\.cubin$//' | sort | uniq -c | sort -rn | tee -a "$OUT/suite.log"
+# each compiled kernel's metadata (its constexprs and signature), to see which launch choices
+# multiply the compilations
+find "$TRITON_CACHE_DIR" -name '*.json' ! -name '__grp__*' -print0 | tar czf "$OUT/compiled_kernels.tgz" --null -T - 2>/dev/null
 # before anything is timed (here or by a later command), wait up to 60 s until no process holds the
 # GPU: after a suite cut by SIGINT, pytest-xdist workers may still be running (a benchmark started
 # right after such a run read 0.62 where a clean run had read 0.79; the cause is not proven)

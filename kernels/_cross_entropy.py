@@ -10,6 +10,12 @@ An ignored row (t_i == ignore_index) has loss 0, does not count in the mean, and
 zero gradient (torch gives NaN there when that row holds NaN/inf logits: the one deliberate
 difference). ``mean`` over no counted rows is 0/0 = NaN, as in torch.
 
+Options (Options, check_options; off by default, docs/contract.md "Cross-entropy options"):
+class weights w (torch's semantics), z-loss z (row loss + z lse^2, liger-kernel's
+lse_square_scale), softcap c and logit scale s (the loss sees c tanh(s x / c)). They reach the
+kernels as the runtime argument `flags` in uniform branches, never as constexprs, so they add no
+compiled variant, and with flags 0 every kernel computes what it computed without them, bitwise.
+
 Layout: logits (..., V) with target (...) (torch's (N, C, d1, ...) class-axis-1 form is not
 accepted; move the class axis last). Batch axes are flattened to rows with a view where possible;
 the class axis must be unit-stride or is copied. Targets (int32/int64) and ``dloss`` (any float
@@ -59,6 +65,7 @@ bypassed (e.g. calling the kernels directly).
 from __future__ import annotations
 
 import functools
+import math
 import threading
 
 import torch
@@ -91,12 +98,95 @@ def _ce_params(eps, inv_v, EPS, F64: tl.constexpr):
         return eps, inv_v
 
 
+# the options' bits in the kernels' runtime argument `flags` (0: every option off). A runtime
+# argument, tested in uniform branches, not a constexpr: each constexpr combination is one more
+# compiled variant, and the options cost nothing where they are off.
+XFORM, SOFTCAP, ZLOSS, WEIGHT = 1, 2, 4, 8
+_XFORM: tl.constexpr = tl.constexpr(XFORM)
+_SOFTCAP: tl.constexpr = tl.constexpr(SOFTCAP)
+_ZLOSS: tl.constexpr = tl.constexpr(ZLOSS)
+_WEIGHT: tl.constexpr = tl.constexpr(WEIGHT)
+# OPT, the options' float64 values (options_tensor): z, c, 1/c, s, sum(w) / V, sum(w), and the
+# sum of w[t] over the counted rows (the weighted mean's divisor)
+_TWO64: tl.constexpr = tl.constexpr(2.0**64)
+_TWO_M64: tl.constexpr = tl.constexpr(2.0**-64)
+
+
+@triton.jit
+def _tanh(u, F64: tl.constexpr):
+    """tanh in the compute type, from exp (the interpreter has no libdevice): for |u| >= 0.625,
+    1 - 2 / (exp(2|u|) + 1), within a few ulps of the result (>= 0.55), and 1 for large |u|,
+    where exp overflows to inf; below, u + u^3 P(u^2) (Cephes' tanhf polynomial for float32, its
+    rational P/Q for float64), where 1 - 2 / (...) would lose the relative accuracy of small
+    results to cancellation. NaN stays NaN, +-inf gives +-1."""
+    a = tl.abs(u)
+    big = 1.0 - 2.0 / (exp_ct(a + a, F64) + 1.0)
+    z = tl.minimum(a, 0.625) * tl.minimum(a, 0.625)  # (the branch not taken stays finite)
+    if F64:
+        pz = (-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z - 1.61468768441708447952e3
+        qz = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z + 4.84406305325125486048e3
+        small = a + a * z * (pz / qz)
+    else:
+        small = ((((-5.70498872745e-3 * z + 2.06390887954e-2) * z - 5.37397155531e-2) * z
+                  + 1.33314422036e-1) * z - 3.33332819422e-1) * z * a + a
+    r = tl.where(a < 0.625, small, big)
+    return tl.where(u < 0.0, -r, r)
+
+
+@triton.jit
+def _opt_scalars(OPT, flags, F64: tl.constexpr):
+    """(s, c, 1/c) in the compute type: the logit scale and the softcap (1, 1, 1 where off; OPT
+    always holds 8 float64 values, _dummy64 where every option is off)."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    ls = tl.where((flags & _XFORM) != 0, tl.load(OPT + 3), 1.0).to(CT)
+    cap = (flags & _SOFTCAP) != 0
+    c = tl.where(cap, tl.load(OPT + 1), 1.0).to(CT)
+    ic = tl.where(cap, tl.load(OPT + 2), 1.0).to(CT)
+    return ls, c, ic
+
+
+@triton.jit
+def _xform(x, ls, c, ic, flags, F64: tl.constexpr):
+    """The logits the loss sees: c tanh(s x / c), or s x (s = 1 is exact)."""
+    x = x * ls
+    if (flags & _SOFTCAP) != 0:
+        x = c * _tanh(x * ic, F64)
+    return x
+
+
+@triton.jit
+def _fwd_opts(x, msk, cmask, cols, W, OPT, flags, SMOOTH: tl.constexpr, F64: tl.constexpr):
+    """A forward tile with options: the transformed logits (-inf where masked: a softcap maps
+    the -inf of masked lanes to -c) and the smoothing's summands, times the class weights when
+    there are weights (0 * -inf is NaN there, as torch forms it). The option values are read
+    per tile, inside the branch that flags != 0 takes, so that the kernel without options keeps
+    no more values live across its loop than it did (31 registers in the 16-bit forward on the
+    H200, at the limit of 2048 threads per SM)."""
+    ls, c, ic = _opt_scalars(OPT, flags, F64)
+    y = tl.where(msk, _xform(x, ls, c, ic, flags, F64), float("-inf"))
+    ys = tl.where(msk, y, 0.0)
+    if SMOOTH:
+        if (flags & _WEIGHT) != 0:
+            w = widen(tl.load(W + cols, mask=cmask, other=0.0), F64)
+            ys = tl.where(msk, ys * w[None, :, :], 0.0)
+    return y, ys
+
+
 @triton.jit
 def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV4, V, sxr, st, ignore_index, eps,
                SMOOTH: tl.constexpr):
+    """_ce_finish_opts with every option off."""
+    _ce_finish_opts(X, T, LOSS, LSE, LOSS, LSE, LOSS, 0, rows, rmask, M, S, SXV4, V, sxr, st, ignore_index, eps,
+                    SMOOTH, LSE.dtype.element_ty == tl.float64)
+
+
+@triton.jit
+def _ce_finish_opts(X, T, LOSS, LSE, LZ, W, OPT, flags, rows, rmask, M, S, SXV4, V, sxr, st, ignore_index, eps,
+                    SMOOTH: tl.constexpr, F64: tl.constexpr):
     """From a row's max M (NaN possibly excluded), sum S of exp(x - M) (NaN when the row holds a
-    NaN) and SXV4, the mean of x over 4: store lse (NaN when the row holds NaN or +inf, -inf when
-    it holds only -inf) and the loss."""
+    NaN) and SXV4, the mean of x over 4 (of w x with class weights): store lse (NaN when the row
+    holds NaN or +inf, -inf when it holds only -inf) and the loss (the cross-entropy term; with
+    z-loss its z lse^2 term goes to LZ). M, S and SXV4 are of the transformed logits."""
     fin = tl.abs(M) < float("inf")
     lse = tl.where(fin, tl.where(fin, M, 0.0) + tl.log(S), M)
     lse = tl.where((S != S) | (M == float("inf")), float("nan"), lse)
@@ -110,29 +200,57 @@ def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV4, V, sxr, st, ignore_inde
     # (+max, -max): mean 1.3611e38). float64 logits keep their float64 arithmetic.
     lse_c = lse
     lse = lse.to(tl.float64)
-    xt = tl.load(X + rows * sxr + t, mask=ok, other=0.0).to(tl.float64)
-    if SMOOTH:
-        # two non-negative terms, each formed so it overflows only if it exceeds the range itself;
-        # (1 - eps) * x_t is 0 * -inf = NaN for eps = 1 and x_t = -inf, as in torch
-        eps = (tl.zeros_like(lse_c) + eps).to(tl.float64)  # eps as the compute type holds it (the interpreter holds a float32 argument in float64)
-        keep = 1.0 - eps
-        # eps (lse - mean(x)) at a quarter scale: both terms and their difference stay in range
-        # for float64 logits (the mean summed unscaled overflowed to -inf by rounding when every
-        # logit was -finfo.max: float32, V = 81, eps = 0.1 gave a loss of inf for log 81), and
-        # 4 * d overflows only where eps (lse - mean(x)) exceeds the range itself
-        lse4 = lse * 0.25
-        sxv4 = SXV4.to(tl.float64)
-        smooth = 4.0 * (eps * lse4 - eps * sxv4)
-        # a label_smoothing below float32's range reaches a float32 kernel as 0, yet eps > 0
-        # times an infinite lse - mean(x) is infinite (0 * inf would be NaN)
-        smooth = tl.where((eps == 0.0) & (lse4 - sxv4 == float("inf")), float("inf"), smooth)
-        loss = (keep * lse - keep * xt) + smooth
+    if flags != 0:
+        # the target's logit transformed as the tile loop transformed it
+        ls, c, ic = _opt_scalars(OPT, flags, F64)
+        xt = tl.load(X + rows * sxr + t, mask=ok, other=0.0)
+        xt = _xform(widen(xt, F64), ls, c, ic, flags, F64).to(tl.float64)
     else:
-        loss = lse - xt
-    # the exact loss is >= 0; rounding (of the mean of x, or an approximate log near S = 1) may
-    # leave it a few ulps below: clamp (NaN stays NaN), which can only reduce the error
-    loss = tl.where(loss < 0.0, 0.0, loss)
+        xt = tl.load(X + rows * sxr + t, mask=ok, other=0.0).to(tl.float64)
+    if (flags & _WEIGHT) != 0:
+        # torch's weighted cross-entropy: w_t (lse - x_t), and eps / V sum_j w_j (lse - x_j)
+        wt = widen(tl.load(W + t, mask=ok, other=0.0), F64).to(tl.float64)
+        nll = lse - xt
+        nll = tl.where(nll < 0.0, 0.0, nll)  # >= 0 exactly; the weights may be of any sign
+        loss = wt * nll
+        if SMOOTH:
+            # as the unweighted smoothing below, with sum(w) / V in place of 1
+            eps_w = (tl.zeros_like(lse_c) + eps).to(tl.float64)
+            wbar = tl.load(OPT + 4).to(tl.float64)  # sum(w) / V
+            lse4_w = lse * 0.25 * wbar
+            sxw4 = SXV4.to(tl.float64)
+            smooth_w = 4.0 * (eps_w * lse4_w - eps_w * sxw4)
+            smooth_w = tl.where((eps_w == 0.0) & (lse4_w - sxw4 == float("inf")), float("inf"), smooth_w)
+            loss = (1.0 - eps_w) * loss + smooth_w
+    else:
+        if SMOOTH:
+            # two non-negative terms, each formed so it overflows only if it exceeds the range itself;
+            # (1 - eps) * x_t is 0 * -inf = NaN for eps = 1 and x_t = -inf, as in torch
+            eps = (tl.zeros_like(lse_c) + eps).to(tl.float64)  # eps as the compute type holds it (the interpreter holds a float32 argument in float64)
+            keep = 1.0 - eps
+            # eps (lse - mean(x)) at a quarter scale: both terms and their difference stay in range
+            # for float64 logits (the mean summed unscaled overflowed to -inf by rounding when every
+            # logit was -finfo.max: float32, V = 81, eps = 0.1 gave a loss of inf for log 81), and
+            # 4 * d overflows only where eps (lse - mean(x)) exceeds the range itself
+            lse4 = lse * 0.25
+            sxv4 = SXV4.to(tl.float64)
+            smooth = 4.0 * (eps * lse4 - eps * sxv4)
+            # a label_smoothing below float32's range reaches a float32 kernel as 0, yet eps > 0
+            # times an infinite lse - mean(x) is infinite (0 * inf would be NaN)
+            smooth = tl.where((eps == 0.0) & (lse4 - sxv4 == float("inf")), float("inf"), smooth)
+            loss = (keep * lse - keep * xt) + smooth
+        else:
+            loss = lse - xt
+        # the exact loss is >= 0; rounding (of the mean of x, or an approximate log near S = 1) may
+        # leave it a few ulps below: clamp (NaN stays NaN), which can only reduce the error
+        loss = tl.where(loss < 0.0, 0.0, loss)
     tl.store(LOSS + rows, tl.where(ign, 0.0, loss), mask=rmask)
+    if (flags & _ZLOSS) != 0:
+        # z lse^2 formed as (z lse) lse: it overflows only where the term does (z lse^2 with
+        # z = 1e-30 and |lse| = 1e30 is 1e30, while lse^2 alone would be 1e60, and in float64
+        # an lse beyond 1.4e154 squared overflows)
+        z = tl.load(OPT).to(tl.float64)
+        tl.store(LZ + rows, tl.where(ign, 0.0, (z * lse) * lse), mask=rmask)
 
 
 # No argument is specialized by value or alignment (each combination of "== 1" / "divisible by 16"
@@ -143,8 +261,8 @@ def _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV4, V, sxr, st, ignore_inde
 # over 16 columns and it is vectorized too (its scalar loads cost 0.78 against 0.91 of copy
 # forward at V = 32000, whose last tile is a tenth of the row). The hints are written in the
 # kernel bodies (Triton drops hints made in a called jit function).
-_NO_SPEC = ["n_rows", "V", "sxr", "st", "ss", "sdr", "ignore_index", "n_chunks", "chunk_cols"]
-_NO_ALIGN = _NO_SPEC + ["X", "T", "LOSS", "LSE", "PM", "PS", "PX", "EPS", "SC", "DX"]
+_NO_SPEC = ["n_rows", "V", "sxr", "st", "ss", "sdr", "ignore_index", "n_chunks", "chunk_cols", "flags"]
+_NO_ALIGN = _NO_SPEC + ["X", "T", "LOSS", "LSE", "PM", "PS", "PX", "EPS", "SC", "DX", "W", "OPT", "LZ"]
 
 
 @triton.jit
@@ -166,13 +284,14 @@ def _fwd_tile(x, xs, m, s, sx, inv_v, SMOOTH: tl.constexpr, F64: tl.constexpr):
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _ce_fwd_kernel(
-    X, T, LOSS, LSE, PM, PS, PX, EPS,
-    n_rows, V, sxr, st, ignore_index, n_chunks, chunk_cols, eps, inv_v,
+    X, T, LOSS, LSE, PM, PS, PX, EPS, W, OPT, LZ,
+    n_rows, V, sxr, st, ignore_index, n_chunks, chunk_cols, eps, inv_v, flags,
     F64: tl.constexpr, SMOOTH: tl.constexpr, SPLIT: tl.constexpr, VEC: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK: tl.constexpr, GS: tl.constexpr,
 ):
     """Per row (chunk): the max M, S = sum exp(x - M) and the sum of x / (4 V), over tiles of BLOCK
-    columns held as [BLOCK_R, BLOCK // GS, GS] (GS: 16 bytes of logits)."""
+    columns held as [BLOCK_R, BLOCK // GS, GS] (GS: 16 bytes of logits). With options (flags != 0,
+    a branch uniform over the program), of the transformed logits, and the sum of w x / (4 V)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     # the compute type's most negative finite value: each group's starting max
     LOW: tl.constexpr = -1.7976931348623157e308 if F64 else -3.4028234663852886e38
@@ -199,7 +318,12 @@ def _ce_fwd_kernel(
         if VEC:
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 1, 16]), [1, 1, GS])
         x = widen(tl.load(xp, mask=rmask3, other=float("-inf")), F64)
-        m, s, sx = _fwd_tile(x, x, m, s, sx, inv_v, SMOOTH, F64)
+        if flags != 0:
+            cf = start + cols0
+            y, ys = _fwd_opts(x, rmask3, cf < hi, cf, W, OPT, flags, SMOOTH, F64)
+            m, s, sx = _fwd_tile(y, ys, m, s, sx, inv_v, SMOOTH, F64)
+        else:
+            m, s, sx = _fwd_tile(x, x, m, s, sx, inv_v, SMOOTH, F64)
     start = tl.multiple_of(lo + n_full * BLOCK, BLOCK)
     if start < hi:  # the ragged last tile
         if VEC == 2:
@@ -210,7 +334,11 @@ def _ce_fwd_kernel(
         if VEC:
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 1, 16]), [1, 1, GS])
         x = widen(tl.load(xp, mask=msk, other=float("-inf")), F64)
-        m, s, sx = _fwd_tile(x, tl.where(msk, x, 0.0), m, s, sx, inv_v, SMOOTH, F64)
+        if flags != 0:
+            y, ys = _fwd_opts(x, msk, cols < hi, cols, W, OPT, flags, SMOOTH, F64)
+            m, s, sx = _fwd_tile(y, ys, m, s, sx, inv_v, SMOOTH, F64)
+        else:
+            m, s, sx = _fwd_tile(x, tl.where(msk, x, 0.0), m, s, sx, inv_v, SMOOTH, F64)
     # the groups merged once: S = sum_g s_g exp(m_g - M), NaN exactly when the row (chunk) holds
     # a NaN logit. A row whose max is +inf may get a NaN or 0 here; _ce_finish overrides it.
     # S >= 1 unless every logit is -inf (the group holding M adds s >= 1): then M becomes -inf,
@@ -225,13 +353,14 @@ def _ce_fwd_kernel(
         tl.store(PS + poff, S, mask=rmask)
         tl.store(PX + poff, SXV4, mask=rmask)
     else:
-        _ce_finish(X, T, LOSS, LSE, rows, rmask, m, S, SXV4, V, sxr, st, ignore_index, eps, SMOOTH)
+        _ce_finish_opts(X, T, LOSS, LSE, LZ, W, OPT, flags, rows, rmask, m, S, SXV4, V, sxr, st, ignore_index, eps,
+                        SMOOTH, F64)
 
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _ce_merge_kernel(
-    X, T, LOSS, LSE, PM, PS, PX, EPS,
-    n_rows, V, sxr, st, ignore_index, n_chunks, eps,
+    X, T, LOSS, LSE, PM, PS, PX, EPS, W, OPT, LZ,
+    n_rows, V, sxr, st, ignore_index, n_chunks, eps, flags,
     F64: tl.constexpr, SMOOTH: tl.constexpr, BLOCK_R: tl.constexpr, NC: tl.constexpr,
 ):
     """Merge each row's chunk partials: M = max m_c, S = sum_c s_c exp(m_c - M)."""
@@ -249,7 +378,8 @@ def _ce_merge_kernel(
     w = tl.where(mc == float("-inf"), sc * 0.0, sc * tl.exp(mc - Ms[:, None]))
     S = tl.sum(w, 1)
     SXV4 = tl.sum(tl.load(PX + poff, mask=pmask, other=0.0), 1)
-    _ce_finish(X, T, LOSS, LSE, rows, rmask, M, S, SXV4, V, sxr, st, ignore_index, eps, SMOOTH)
+    _ce_finish_opts(X, T, LOSS, LSE, LZ, W, OPT, flags, rows, rmask, M, S, SXV4, V, sxr, st, ignore_index, eps,
+                    SMOOTH, F64)
 
 
 @triton.jit
@@ -266,6 +396,77 @@ def _bwd_tile(x, lse, tt, ign, scale, cols0, hot, flat, SMOOTH: tl.constexpr, F6
 
 
 @triton.jit
+def _bwd_tile_opts(x, lse, tt, ign, scale_w, cols0, hot, flat, wt, wsum, kzc, kbig, W, cols, cmask, ls, c, ic,
+                   flags, SMOOTH: tl.constexpr, F64: tl.constexpr):
+    """_bwd_tile with options: the gradient with respect to the transformed logits y (torch's
+    weighted terms with weights, scale_w the cross-entropy term's scale; kzc the z term's
+    2 z lse scale, over 2**64 where kbig), times dy/dx = s (1 - t)(1 + t), t = tanh(s x / c)."""
+    y = x * ls
+    th = y  # tanh(s x / c) with a softcap
+    if (flags & _SOFTCAP) != 0:
+        th = _tanh(y * ic, F64)
+        y = c * th
+    p = exp_ct(y - lse[:, None], F64)
+    is_t = cols0[None, :] == tt[:, None]
+    if (flags & _WEIGHT) != 0:
+        # w_t (p - onehot) and, smoothed, (1 - eps) of it plus eps / V (sum(w) p - w)
+        g = wt[:, None] * tl.where(is_t, p - 1.0, p)
+        if SMOOTH:
+            w = widen(tl.load(W + cols, mask=cmask, other=0.0), F64)
+            g = hot * g + flat * (wsum * p - w[None, :])
+    else:
+        if SMOOTH:
+            g = (p - flat) - tl.where(is_t, hot, 0.0)
+        else:
+            g = tl.where(is_t, p - 1.0, p)
+    g = g * scale_w[:, None]
+    if (flags & _ZLOSS) != 0:
+        # 2 z lse p times the z term's scale; a coefficient beyond 2**64 is applied as its 2**-64
+        # multiple, then 2**64 (exact), so that p k overflows only where it exceeds the range
+        # itself, not where k alone does (and 0 * inf is never formed)
+        zt = p * kzc[:, None]
+        g = g + tl.where(kbig[:, None], zt * _TWO64, zt)
+    if (flags & _SOFTCAP) != 0:
+        # 1 - tanh^2 as (1 - t)(1 + t): 1 - t is exact for t >= 1/2, so no cancellation is added
+        g = g * (ls * ((1.0 - th) * (1.0 + th)))
+    else:
+        g = g * ls
+    return tl.where(ign[:, None], 0.0, g)
+
+
+@triton.jit
+def _bwd_opts(x, lse, t, tt, ign, rmask, dl, scale, STATS, W, OPT, V, cols0, cols, cmask, hot, flat, flags,
+              SMOOTH: tl.constexpr, MEAN: tl.constexpr, F64: tl.constexpr):
+    """A backward tile with options: the rows' option values, then _bwd_tile_opts. They are
+    formed per tile, inside the branch that flags != 0 takes, so that the kernel without options
+    keeps no more values live across its loop than it did (the 16-bit forward and backward are
+    tuned to their register counts); a few scalar loads and operations per tile of thousands of
+    elements."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    ls, c, ic = _opt_scalars(OPT, flags, F64)
+    wtd = (flags & _WEIGHT) != 0
+    wmask = rmask & (((t * 0 + flags) & _WEIGHT) != 0) & (t >= 0) & (t < V)  # a tensor mask (the interpreter's)
+    wt = widen(tl.load(W + t, mask=wmask, other=1.0), F64)
+    wsum = tl.where(wtd, tl.load(OPT + 5), 0.0).to(CT)
+    dl64 = widen(dl, True)
+    if MEAN:
+        # the weighted mean divides the cross-entropy term by sum w[t], the z term by the count
+        cnt = tl.load(STATS + 2).to(tl.float64)
+        den = tl.where(wtd, tl.load(OPT + 6).to(tl.float64), cnt)
+        # a zero divisor makes the counted rows' gradient NaN, as torch's (w[t] = 0 times 1 / 0)
+        scale_w = tl.where(den == 0.0, float("nan"), dl64 / den).to(CT)
+        zsc = dl64 / cnt
+    else:
+        scale_w = scale
+        zsc = dl64
+    kz = 2.0 * tl.where((flags & _ZLOSS) != 0, tl.load(OPT), 0.0).to(tl.float64) * lse.to(tl.float64) * zsc
+    kbig = tl.abs(kz) > _TWO64
+    kzc = tl.where(kbig, kz * _TWO_M64, kz).to(CT)
+    return _bwd_tile_opts(x, lse, tt, ign, scale_w, cols0, hot, flat, wt, wsum, kzc, kbig, W, cols, cmask, ls, c,
+                          ic, flags, SMOOTH, F64)
+
+
+@triton.jit
 def _tile_target(t, start, BLOCK: tl.constexpr):
     """The target's column within the tile starting at column start, or -1 (int32)."""
     return tl.where((t >= start) & (t < start + BLOCK), t - start, -1).to(tl.int32)
@@ -273,15 +474,15 @@ def _tile_target(t, start, BLOCK: tl.constexpr):
 
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _ce_bwd_kernel(
-    X, T, LSE, SC, STATS, DX, EPS,
-    n_rows, V, sxr, st, ss, sdr, ignore_index, n_chunks, chunk_cols, eps, inv_v,
+    X, T, LSE, SC, STATS, DX, EPS, W, OPT,
+    n_rows, V, sxr, st, ss, sdr, ignore_index, n_chunks, chunk_cols, eps, inv_v, flags,
     F64: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr, VEC: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale, in the compute type, rounded once;
     exactly 0 on ignored rows. scale: dloss (row i's through stride ss, 0 for a scalar) in the
     compute type, or for the mean dloss / count formed in float64 and rounded once (count:
-    STATS[2], the non-ignored rows)."""
+    STATS[2], the non-ignored rows). With options (flags != 0, a uniform branch), _bwd_opts."""
     eps, inv_v = _ce_params(eps, inv_v, EPS, F64)
     hot = 1.0 - eps
     flat = eps * inv_v
@@ -310,7 +511,11 @@ def _ce_bwd_kernel(
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
             dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
         x = widen(tl.load(xp, mask=rmask[:, None], other=0.0), F64)
-        g = _bwd_tile(x, lse, _tile_target(t, start, BLOCK), ign, scale, cols0, hot, flat, SMOOTH, F64)
+        if flags != 0:
+            g = _bwd_opts(x, lse, t, _tile_target(t, start, BLOCK), ign, rmask, dl, scale, STATS, W, OPT, V, cols0,
+                          cols, cols < hi, hot, flat, flags, SMOOTH, MEAN, F64)
+        else:
+            g = _bwd_tile(x, lse, _tile_target(t, start, BLOCK), ign, scale, cols0, hot, flat, SMOOTH, F64)
         tl.store(dp, to_out(g, DX.dtype.element_ty), mask=rmask[:, None])
     start = tl.multiple_of(lo + n_full * BLOCK, BLOCK)
     if start < hi:  # the ragged last tile
@@ -324,7 +529,11 @@ def _ce_bwd_kernel(
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
             dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
         x = widen(tl.load(xp, mask=msk, other=0.0), F64)
-        g = _bwd_tile(x, lse, _tile_target(t, start, BLOCK), ign, scale, cols0, hot, flat, SMOOTH, F64)
+        if flags != 0:
+            g = _bwd_opts(x, lse, t, _tile_target(t, start, BLOCK), ign, rmask, dl, scale, STATS, W, OPT, V, cols0,
+                          cols, cols < hi, hot, flat, flags, SMOOTH, MEAN, F64)
+        else:
+            g = _bwd_tile(x, lse, _tile_target(t, start, BLOCK), ign, scale, cols0, hot, flat, SMOOTH, F64)
         tl.store(dp, to_out(g, DX.dtype.element_ty), mask=msk)
 
 
@@ -350,18 +559,35 @@ def _ce_targets_kernel(T, OUT, n, st, ignore_index, BLOCK: tl.constexpr):
     tl.store(OUT + 2, tl.sum(cnt, 0))
 
 
-@triton.jit(do_not_specialize=["n"], do_not_specialize_on_alignment=["LR", "STATS", "OUT", "n"])
-def _ce_reduce_kernel(LR, STATS, OUT, n, MEAN: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit(do_not_specialize=["n", "flags"], do_not_specialize_on_alignment=["LR", "STATS", "OUT", "LZ", "OPT", "n", "flags"])
+def _ce_reduce_kernel(LR, STATS, OUT, LZ, OPT, n, flags, MEAN: tl.constexpr, BLOCK: tl.constexpr):
     """One program: OUT = sum of the n per-row losses in float64 (divided by the count of
     non-ignored rows for the mean: 0 / 0 = NaN when there is none), rounded to OUT's dtype. The
-    order of the additions depends on n alone."""
+    order of the additions depends on n alone. With weights (flags) the mean divides by OPT[6],
+    the sum of w[t] over the counted rows; with z-loss the sum (mean: over the count) of the
+    per-row z terms LZ is added."""
     acc = tl.zeros([BLOCK], tl.float64)
+    accz = tl.zeros([BLOCK], tl.float64)
+    hz = (flags & _ZLOSS) != 0
     for start in range(0, n, BLOCK):
         i = start + tl.arange(0, BLOCK)
         acc += tl.load(LR + i, mask=i < n, other=0.0).to(tl.float64)
+        if hz:
+            accz += tl.load(LZ + i, mask=i < n, other=0.0).to(tl.float64)
     total = tl.sum(acc, 0)
     if MEAN:
-        total = total / tl.load(STATS + 2).to(tl.float64)
+        cnt = tl.load(STATS + 2).to(tl.float64)
+        if (flags & _WEIGHT) != 0:
+            # as torch: (1 - eps) NLL / sum w[t] is 0 / 0 where every counted target weighs 0,
+            # and NaN plus the smoothing term is NaN (not the term over 0, inf)
+            wden = tl.load(OPT + 6).to(tl.float64)
+            total = tl.where(wden == 0.0, float("nan"), total / wden)
+        else:
+            total = total / cnt
+        if hz:
+            total += tl.sum(accz, 0) / cnt
+    elif hz:
+        total += tl.sum(accz, 0)
     tl.store(OUT, to_out(total, OUT.dtype.element_ty))
 
 
@@ -478,6 +704,98 @@ def check_args(logits, target, ignore_index, reduction, label_smoothing, op: str
         raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {label_smoothing}")
 
 
+def _real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_options(logits, weight, z_loss, softcap, logit_scale, op: str) -> "Options | None":
+    """The optional terms validated (after check_args): None where every one is off, else the
+    Options the launchers take. No device work."""
+    V = logits.shape[-1]
+    if weight is not None:
+        if not isinstance(weight, torch.Tensor):
+            raise TypeError(f"{op}: weight must be None or a torch.Tensor of {V} class weights, "
+                            f"got {type(weight).__name__}")
+        if not weight.is_floating_point():
+            raise TypeError(f"{op}: weight.dtype must be a floating-point dtype, got {weight.dtype}")
+        if tuple(weight.shape) != (V,):
+            raise ValueError(f"{op}: weight must have shape (V,) = ({V},), one weight per class, "
+                             f"got {tuple(weight.shape)}")
+        if weight.device != logits.device:
+            raise ValueError(f"{op}: logits and weight must be on the same device, got {logits.device} "
+                             f"and {weight.device}")
+    if not _real(z_loss):
+        raise TypeError(f"{op}: z_loss must be a float, got {type(z_loss).__name__}")
+    if not (math.isfinite(z_loss) and z_loss >= 0):
+        raise ValueError(f"{op}: z_loss must be a finite float >= 0, got {z_loss}")
+    if softcap is not None:
+        if not _real(softcap):
+            raise TypeError(f"{op}: softcap must be None or a float, got {type(softcap).__name__}")
+        if not (math.isfinite(softcap) and softcap > 0):
+            raise ValueError(f"{op}: softcap must be None or a finite float > 0, got {softcap}")
+    if not _real(logit_scale):
+        raise TypeError(f"{op}: logit_scale must be a float, got {type(logit_scale).__name__}")
+    if not math.isfinite(logit_scale):
+        raise ValueError(f"{op}: logit_scale must be a finite float, got {logit_scale}")
+    if weight is None and z_loss == 0 and softcap is None and logit_scale == 1:
+        return None
+    return Options(weight, float(z_loss), None if softcap is None else float(softcap), float(logit_scale))
+
+
+class Options:
+    """The optional terms of the loss (validated by check_options): class weights (V,), the
+    z-loss z, the softcap c (None: off) and the logit scale s. The kernels take them as the
+    runtime argument `flags` (XFORM, SOFTCAP, ZLOSS, WEIGHT bits), the weights in the compute
+    dtype and the float64 tensor OPT = [z, c, 1/c, s, sum(w) / V, sum(w), sum of w[t] over the
+    counted rows] (prepare)."""
+
+    def __init__(self, weight=None, z_loss: float = 0.0, softcap=None, logit_scale: float = 1.0):
+        self.weight, self.z_loss, self.softcap, self.logit_scale = weight, z_loss, softcap, logit_scale
+        self.flags = ((XFORM if softcap is not None or logit_scale != 1.0 else 0) | (SOFTCAP if softcap is not None else 0)
+                      | (ZLOSS if z_loss != 0 else 0) | (WEIGHT if weight is not None else 0))
+
+    def prepare(self, target: torch.Tensor, ignore_index: int, V: int, ct, device) -> "Prepared":
+        """The kernels' arguments for these rows (a few small launches with weights, none
+        waiting for the device)."""
+        c = self.softcap or 1.0
+        head = torch.tensor([self.z_loss, c, 1.0 / c, self.logit_scale], dtype=torch.float64, device=device)
+        W = None
+        if self.weight is None:
+            opt = torch.cat([head, head.new_zeros(4)])
+        else:
+            wf = self.weight.detach().to(torch.float64)
+            t = target.reshape(-1)
+            live = t != ignore_index
+            tc = torch.where(live, t, 0).clamp(0, V - 1)
+            wsum = wf.sum()
+            wt_sum = torch.where(live, wf[tc], 0.0).sum()
+            opt = torch.cat([head, torch.stack([wsum / V, wsum, wt_sum, wsum.new_zeros(())])])
+            W = self.weight.detach().to(ct).contiguous()
+        return Prepared(self.flags, W, opt)
+
+
+class Prepared:
+    """Options as the kernels take them: flags, the weights in the compute dtype (None: no
+    weights), OPT (Options.prepare)."""
+
+    def __init__(self, flags: int, W, opt):
+        self.flags, self.W, self.opt = flags, W, opt
+
+
+@functools.lru_cache(maxsize=None)
+def _dummy64(device: torch.device) -> torch.Tensor:
+    """A float64 tensor the kernels get for OPT where every option is off (never read then), so
+    that OPT's pointer type, and so the compiled variant, is the same either way."""
+    return torch.zeros(8, dtype=torch.float64, device=device)
+
+
+def _opt_args(prep, W_dummy, OPT_dummy):
+    """(flags, W, OPT) for a launch: the prepared options, or 0 and the dummies."""
+    if prep is None:
+        return 0, W_dummy, OPT_dummy
+    return prep.flags, (W_dummy if prep.W is None else prep.W), prep.opt
+
+
 def _target_stats(target: torch.Tensor, ignore_index: int) -> torch.Tensor:
     """int64 [min, max, count] of the non-ignored targets, on the targets' device: one launch of
     one program (the check, the mean's divisor and the backward's scale all read it)."""
@@ -588,15 +906,26 @@ def _params(eps: float, V: int, dtype, device, fallback):
     return float(eps), 1.0 / V, fallback
 
 
-def _forward_rows(logits, target, ignore_index: int, label_smoothing: float):
-    """(per-row loss in float64, per-row lse in the compute dtype), shape (N,); no validation."""
+def _forward_rows(logits, target, ignore_index: int, label_smoothing: float, prep=None):
+    """(per-row loss in float64, per-row lse in the compute dtype), shape (N,); no validation.
+    prep: Prepared options (the lse is then of the transformed logits, the loss holds the z term)."""
+    loss, lse, lz = _forward_parts(logits, target, ignore_index, label_smoothing, prep)
+    return (loss, lse) if lz is None else (loss + lz, lse)
+
+
+def _forward_parts(logits, target, ignore_index: int, label_smoothing: float, prep=None):
+    """(per-row cross-entropy term in float64, per-row lse in the compute dtype, per-row z term
+    in float64 or None without z-loss), shape (N,); no validation."""
     x, t = _rows(logits, target)
     N, V = x.shape
     ct = _compute_dtype(logits.dtype)
     loss = torch.empty(N, dtype=torch.float64, device=x.device)  # formed in float64: _ce_finish
     lse = torch.empty(N, dtype=ct, device=x.device)
+    flags, W, OPT = _opt_args(prep, lse, _dummy64(x.device))
+    lz = torch.empty(N, dtype=torch.float64, device=x.device) if flags & ZLOSS else None
     if N == 0:
-        return loss, lse
+        return loss, lse, lz
+    LZ = loss if lz is None else lz
     cfg = config(N, V, logits.dtype, x.device)
     eps, inv_v, EPS = _params(label_smoothing, V, logits.dtype, x.device, loss)
     f64 = logits.dtype == torch.float64
@@ -608,32 +937,47 @@ def _forward_rows(logits, target, ignore_index: int, label_smoothing: float):
         ps, px = torch.empty_like(pm), torch.empty_like(pm)
     else:
         pm = ps = px = lse  # unused without SPLIT (a pointer of the compute type)
-    _fwd(cfg.grid(N), (x, t, loss, lse, pm, ps, px, EPS,
-                       N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v),
+    _fwd(cfg.grid(N), (x, t, loss, lse, pm, ps, px, EPS, W, OPT, LZ,
+                       N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v, flags),
          dict(F64=f64, SMOOTH=smooth, SPLIT=split, VEC=_vec(V, (x, x.stride(0), 0)), BLOCK_R=cfg.block_r,
               BLOCK=cfg.block, GS=16 // x.element_size()), cfg.num_warps)
     if split:
         nc = max(2, triton.next_power_of_2(cfg.n_chunks))
         br = max(1, min(64, 1024 // nc))
         L.note_variant("ce_merge", dtype=str(logits.dtype), SMOOTH=smooth, NC=nc, BLOCK_R=br)
-        _merge((triton.cdiv(N, br),), (x, t, loss, lse, pm, ps, px, EPS,
-                                       N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, eps),
+        _merge((triton.cdiv(N, br),), (x, t, loss, lse, pm, ps, px, EPS, W, OPT, LZ,
+                                       N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, eps, flags),
                dict(F64=f64, SMOOTH=smooth, BLOCK_R=br, NC=nc), 4)
-    return loss, lse
+    return loss, lse, lz
 
 
-def _reduce_loss(loss_rows, target, ignore_index: int, reduction: str, dtype, stats=None):
+def _reduce_loss(loss_rows, target, ignore_index: int, reduction: str, dtype, stats=None, lz=None, prep=None):
     """The loss from the per-row losses: as they are ("none", rounded to dtype), or their float64
     sum (divided by the count of non-ignored rows for "mean"), one launch of one program.
-    stats: target_stats, computed here when not given."""
+    stats: target_stats, computed here when not given. lz: the per-row z terms, added (the
+    mean divides them by the count); prep: Prepared options (with weights, the mean divides
+    loss_rows by the sum of w[t] over the counted rows)."""
     if reduction == "none":
-        return loss_rows.to(dtype).reshape(target.shape)
+        rows = loss_rows if lz is None else loss_rows + lz
+        return rows.to(dtype).reshape(target.shape)
     if stats is None:
         stats = _target_stats(target, ignore_index)
     out = torch.empty((), dtype=dtype, device=loss_rows.device)
+    flags = ((ZLOSS if lz is not None else 0) | (WEIGHT if prep is not None and prep.W is not None else 0))
+    LZ = loss_rows if lz is None else lz
+    OPT = _dummy64(loss_rows.device) if prep is None else prep.opt
     L.note_variant("ce_reduce", dtype=str(loss_rows.dtype), out=str(dtype), MEAN=reduction == "mean")
-    _reduce((1,), (loss_rows, stats, out, loss_rows.numel()), dict(MEAN=reduction == "mean", BLOCK=1024), 4)
+    _reduce((1,), (loss_rows, stats, out, LZ, OPT, loss_rows.numel(), flags), dict(MEAN=reduction == "mean", BLOCK=1024), 4)
     return out
+
+
+def _z_term(lz, target, ignore_index: int, reduction: str, dtype, stats):
+    """The z-loss term alone, reduced as the loss is (the mean over the counted rows); zeros
+    without z-loss (lz None)."""
+    if lz is None:
+        shape = tuple(target.shape) if reduction == "none" else ()
+        return torch.zeros(shape, dtype=dtype, device=target.device)
+    return _reduce_loss(lz, target, ignore_index, reduction, dtype, stats)
 
 
 class BackwardPlan:
@@ -644,7 +988,8 @@ class BackwardPlan:
     The plan holds views of logits and target: they must not change before run (the autograd
     Function saves them too, so autograd's version check catches an in-place change)."""
 
-    def __init__(self, logits, target, lse, ignore_index: int, reduction: str, label_smoothing: float, stats=None):
+    def __init__(self, logits, target, lse, ignore_index: int, reduction: str, label_smoothing: float, stats=None,
+                 prep=None):
         x, t = _rows(logits, target)
         N, V = x.shape
         self.shape, self.dtype, self.device, self.n_rows = logits.shape, logits.dtype, x.device, N
@@ -655,39 +1000,51 @@ class BackwardPlan:
             stats = _target_stats(target, ignore_index)
         cfg = config(N, V, logits.dtype, x.device)
         eps, inv_v, EPS = _params(label_smoothing, V, logits.dtype, x.device, lse)
+        flags, W, OPT = _opt_args(prep, lse, _dummy64(x.device))
         self.stats = stats if mean else lse
         self.grid, self.num_warps = cfg.grid(N), cfg.num_warps
         self.head = (x, t, lse)  # the arguments before dloss, and after it:
         self.tail = (N, V, x.stride(0), t.stride(0))
-        self.rest = (ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v)
-        self.eps_t = EPS
+        self.rest = (ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v, flags)
+        self.eps_t = (EPS, W, OPT)
         self.dx_rows_ok = (V * x.element_size()) % 16 == 0  # VEC checks x here, dx's rows in run
         self.consts = dict(F64=logits.dtype == torch.float64, SMOOTH=label_smoothing > 0, MEAN=mean,
                            VEC=_vec(V, (x, x.stride(0), 0)), BLOCK_R=cfg.block_r, BLOCK=cfg.block)
         self.note = dict(dtype=str(logits.dtype), SMOOTH=label_smoothing > 0, MEAN=mean, BLOCK_R=cfg.block_r,
                          BLOCK=cfg.block)
 
-    def run(self, dloss):
-        """dlogits (the logits' dtype and shape, contiguous) for this dloss."""
-        dx = torch.empty((self.n_rows, self.shape[-1]), dtype=self.dtype, device=self.device)
+    def run(self, dloss, out=None):
+        """dlogits (the logits' dtype and shape, contiguous) for this dloss. out: a contiguous
+        (N, V) tensor of the logits' dtype to write them to (it may be the logits themselves:
+        each element is read before it is written, by the same program)."""
+        if out is None:
+            dx = torch.empty((self.n_rows, self.shape[-1]), dtype=self.dtype, device=self.device)
+        else:
+            dx = out
         if self.n_rows == 0:
             return dx.reshape(self.shape)
         sc = dloss.reshape(-1)  # a view (stride 0 for an expanded dloss) where possible
+        if sc.dtype != self.dtype and sc.dtype != torch.float64:
+            # each dloss dtype is one more compiled kernel per launch shape (four, with the suite's
+            # draws); float64 holds every float exactly, and the kernel rounds dloss once to its
+            # compute type (or forms dloss / count in float64) either way: the same dx, bitwise.
+            # A dloss in the logits' dtype, as autograd passes it, is read as it is.
+            sc = sc.to(torch.float64)
         ss = sc.stride(0) if sc.numel() > 1 else 0
         L.note_variant("ce_bwd", dloss=str(dloss.dtype), **self.note)
         consts = self.consts
         if consts["VEC"] and not (self.dx_rows_ok and dx.data_ptr() % 16 == 0):
             consts = dict(consts, VEC=0)
-        _bwd(self.grid, self.head + (sc, self.stats, dx, self.eps_t) + self.tail + (ss, dx.stride(0)) + self.rest,
+        _bwd(self.grid, self.head + (sc, self.stats, dx) + self.eps_t + self.tail + (ss, dx.stride(0)) + self.rest,
              consts, self.num_warps)
         return dx.reshape(self.shape)
 
 
 def _backward_rows(logits, target, dloss, lse, ignore_index: int, reduction: str, label_smoothing: float,
-                   stats=None):
+                   stats=None, prep=None):
     """dlogits (logits' dtype and shape, contiguous); no validation. stats (target_stats) is
     read for the mean's count, computed here when not given."""
-    return BackwardPlan(logits, target, lse, ignore_index, reduction, label_smoothing, stats).run(dloss)
+    return BackwardPlan(logits, target, lse, ignore_index, reduction, label_smoothing, stats, prep).run(dloss)
 
 
 # the launchers, run on their tensors' device (the public ones; callers that already are call the
@@ -700,52 +1057,76 @@ backward_rows = L.on_tensor_device(_backward_rows)
 # ----------------------------------------------------------------------------------------------
 # public functions (validated)
 # ----------------------------------------------------------------------------------------------
-def forward(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-    """(loss, lse): the validated forward; lse is per row, float32 (float64 for float64 logits)."""
-    return forward_stats(logits, target, ignore_index, reduction, label_smoothing)[:2]
+def forward(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0, *, weight=None,
+            z_loss=0.0, softcap=None, logit_scale=1.0, return_z_loss=False):
+    """(loss, lse): the validated forward; lse is per row, float32 (float64 for float64 logits),
+    of the transformed logits. With return_z_loss: (loss, lse, z term reduced as the loss)."""
+    out = forward_stats(logits, target, ignore_index, reduction, label_smoothing, weight=weight, z_loss=z_loss,
+                        softcap=softcap, logit_scale=logit_scale, return_z_loss=return_z_loss)
+    return out[:2] + out[3:]
 
 
-def forward_stats(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+def forward_stats(logits, target, ignore_index=-100, reduction="mean", label_smoothing=0.0, *, weight=None,
+                  z_loss=0.0, softcap=None, logit_scale=1.0, return_z_loss=False):
     """(loss, lse, stats): forward, and the target_stats it computed (a backward given them skips
-    that launch)."""
+    that launch); with return_z_loss, the z term last."""
     check_args(logits, target, ignore_index, reduction, label_smoothing, "cross_entropy")
-    return _forward(logits, target, ignore_index, reduction, float(label_smoothing), False)[:3]
+    opts = check_options(logits, weight, z_loss, softcap, logit_scale, "cross_entropy")
+    out = _forward(logits, target, ignore_index, reduction, float(label_smoothing), False, opts, return_z_loss)
+    return out[:3] + ((out[4],) if return_z_loss else ())
 
 
-def forward_for_autograd(logits, target, ignore_index: int, reduction: str, label_smoothing: float):
-    """(loss, lse, stats, BackwardPlan) for arguments that already passed check_args (the
-    autograd.Function's path: kernels.cross_entropy checked them), with the backward's launch
-    prepared while the GPU runs the forward (before the wait for the targets' check)."""
-    return _forward(logits, target, ignore_index, reduction, label_smoothing, True)
+def forward_for_autograd(logits, target, ignore_index: int, reduction: str, label_smoothing: float, opts=None,
+                         return_z_loss: bool = False):
+    """(loss, lse, stats, BackwardPlan, z term or None) for arguments that already passed
+    check_args and check_options (the autograd.Function's path: kernels.cross_entropy checked
+    them), with the backward's launch prepared while the GPU runs the forward (before the wait
+    for the targets' check)."""
+    return _forward(logits, target, ignore_index, reduction, label_smoothing, True, opts, return_z_loss)
 
 
 @L.on_tensor_device
-def _forward(logits, target, ignore_index, reduction, label_smoothing, plan: bool):
+def _forward(logits, target, ignore_index, reduction, label_smoothing, plan: bool, opts=None, want_z: bool = False):
     stats = _target_stats(target, ignore_index)
     check = TargetCheck(stats, target, logits.shape[-1], ignore_index, "cross_entropy")
-    loss_rows, lse = _forward_rows(logits, target, ignore_index, label_smoothing)
-    loss = _reduce_loss(loss_rows, target, ignore_index, reduction, logits.dtype, stats)
-    bwd = BackwardPlan(logits, target, lse, ignore_index, reduction, label_smoothing, stats) if plan else None
+    prep = None
+    if opts is not None:
+        prep = opts.prepare(target, ignore_index, logits.shape[-1], _compute_dtype(logits.dtype), logits.device)
+    loss_rows, lse, lz = _forward_parts(logits, target, ignore_index, label_smoothing, prep)
+    loss = _reduce_loss(loss_rows, target, ignore_index, reduction, logits.dtype, stats, lz, prep)
+    zterm = _z_term(lz, target, ignore_index, reduction, logits.dtype, stats) if want_z else None
+    bwd = BackwardPlan(logits, target, lse, ignore_index, reduction, label_smoothing, stats, prep) if plan else None
     check.finish()
-    return loss, lse, stats, bwd
+    return loss, lse, stats, bwd, zterm
 
 
 def backward(logits, target, dloss, lse=None, ignore_index=-100, reduction="mean", label_smoothing=0.0,
-             stats=None):
-    """The validated backward. Given lse (the forward's), the targets are taken as the validated
-    forward's and not checked again (no wait); the kernel never gathers by target, so an
-    out-of-range index cannot fault there, it only matches no column. stats: the forward's
-    target_stats (forward_stats), given together with its lse."""
+             stats=None, *, weight=None, z_loss=0.0, softcap=None, logit_scale=1.0):
+    """The validated backward. Given lse (the forward's, of the transformed logits), the targets
+    are taken as the validated forward's and not checked again (no wait); the kernel never
+    gathers by target, so an out-of-range index cannot fault there, it only matches no column
+    (a weight is gathered by target under a range mask). stats: the forward's target_stats
+    (forward_stats), given together with its lse."""
     name = "cross_entropy_backward"
     check_args(logits, target, ignore_index, reduction, label_smoothing, name)
+    opts = check_options(logits, weight, z_loss, softcap, logit_scale, name)
     check_dloss(dloss, target, logits, reduction, name)
+    return _backward(logits, target, dloss, lse, ignore_index, reduction, float(label_smoothing), stats, opts)
+
+
+@L.on_tensor_device
+def _backward(logits, target, dloss, lse, ignore_index, reduction, label_smoothing, stats, opts):
+    name = "cross_entropy_backward"
+    prep = None
+    if opts is not None:
+        prep = opts.prepare(target, ignore_index, logits.shape[-1], _compute_dtype(logits.dtype), logits.device)
     if lse is None:
         stats = check_targets(target, logits.shape[-1], ignore_index, name)
-        _, lse = forward_rows(logits, target, ignore_index, float(label_smoothing))
+        _, lse, _ = _forward_parts(logits, target, ignore_index, label_smoothing, prep)
     else:
         want = (target.numel(),)
         if not isinstance(lse, torch.Tensor) or tuple(lse.shape) != want or lse.dtype != _compute_dtype(logits.dtype):
             raise ValueError(f"{name}: lse must be the forward's per-row logsumexp, shape {want}, "
                              f"dtype {_compute_dtype(logits.dtype)}")
         lse = lse.contiguous()
-    return backward_rows(logits, target, dloss, lse, ignore_index, reduction, float(label_smoothing), stats)
+    return _backward_rows(logits, target, dloss, lse, ignore_index, reduction, label_smoothing, stats, prep)

@@ -59,12 +59,9 @@ def _row_off(rows, n1, s0, s1, TWO_AXES: tl.constexpr):
 
 
 @triton.jit
-def _col_off(cols, sc, COL: tl.constexpr):
-    """Column offsets of a strided output (COL 1: 32-bit, 2: 64-bit)."""
-    if COL == 1:
-        return cols * sc
-    else:
-        return cols.to(tl.int64) * sc
+def _col_off(cols, sc):
+    """64-bit column offsets of a strided output."""
+    return cols.to(tl.int64) * sc
 
 
 # VEC (checked by the launcher): every row starts 16-byte aligned and the row length is a multiple
@@ -94,11 +91,12 @@ def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
 # every combination of "== 1" / "divisible by 16" over n_cols, the strides and the pointers, which
 # would make a GPU run of the suite mostly compilation. What those specializations bought is passed
 # as two constexprs instead: VEC (rows 16-byte aligned, row length a multiple of 16: vectorized
-# access, see below) and YCOL/DCOL (output columns contiguous, 32-bit or 64-bit strided).
+# access, see below) and YCOL/DCOL (output columns contiguous or strided). Even those are
+# combined into three layouts (_layout), not their eight combinations: see there.
 _NO_SPEC = ["n_rows", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "syc",
             "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
 _NO_ALIGN = _NO_SPEC + ["X", "Y", "PM", "PS", "A", "G", "DX", "PK"]  # (ints too: some versions key "% 16" on this list)
-COL_CONTIG, COL_I32, COL_I64 = 0, 1, 2
+COL_CONTIG, COL_STRIDED = 0, 1
 # The kernels are launched with enable_fp_fusion=False (their Launchers, below): LLVM contracted
 # a * b - c into an FMA in some variants and not in others (seen on a GPU: the strided-output
 # variant of the backward differed from the contiguous one in a cancelling float64 row), which
@@ -204,7 +202,7 @@ def _fwd_kernel(
             if VEC:
                 yp = tl.max_contiguous(tl.multiple_of(yp, [1, 16]), [1, 16])
         else:
-            yp = Y + yoff[:, None] + _col_off(cols, syc, YCOL)[None, :]
+            yp = Y + yoff[:, None] + _col_off(cols, syc)[None, :]
         tl.store(yp, to_out(y, Y.dtype.element_ty), mask=vmask)
 
 
@@ -332,7 +330,7 @@ def _fwd_loop_kernel(
         if YCOL == 0:
             yp = yrow[:, None] + cols[None, :]
         else:
-            yp = yrow[:, None] + _col_off(cols, syc, YCOL)[None, :]
+            yp = yrow[:, None] + _col_off(cols, syc)[None, :]
         xp = xrow + (cols - BLOCK_D)[None, :]
         mask = (cols < n_cols)[None, :]
         nmask = (cols >= BLOCK_D)[None, :]
@@ -517,7 +515,7 @@ def _bwd_kernel(
         if VEC:
             dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
     else:
-        dp = DX + doff[:, None] + _col_off(cols, sdc, DCOL)[None, :]
+        dp = DX + doff[:, None] + _col_off(cols, sdc)[None, :]
     tl.store(dp, to_out(dx, DX.dtype.element_ty), mask=vmask)
 
 
@@ -558,7 +556,7 @@ def _bwd_loop_kernel(
         if DCOL == 0:
             dp = drow + cols[None, :]
         else:
-            dp = drow + _col_off(cols, sdc, DCOL)[None, :]
+            dp = drow + _col_off(cols, sdc)[None, :]
         mask = (cols < n_cols)[None, :]
         if VEC:
             ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
@@ -587,19 +585,30 @@ def _bwd_launcher(maxnreg: int):
     return _BWD_CAPPED[maxnreg]
 
 
-_INT32_MAX = 2**31 - 1
-
-
 def _grid(cfg: L.Config, n_rows: int, phase: int):
     if phase == WHOLE:
         return (triton.cdiv(n_rows, cfg.block_r),)
     return (n_rows, cfg.n_chunks)
 
 
-def _col_mode(n_cols: int, stride: int) -> int:
-    if stride == 1:
-        return COL_CONTIG
-    return COL_I64 if (n_cols - 1) * stride > _INT32_MAX else COL_I32
+def _layout(plan: L.RowPlan, vec: bool, col_stride: int) -> dict:
+    """The layout constexprs VEC, TWO_AXES and COL (the output column mode, YCOL / DCOL).
+
+    Each combination is one more compiled kernel per op, dtype and block width, and the property
+    suite draws them all: on a GPU its run was mostly compilation (4,843 kernels; 1,479 forward
+    variants, nearly the whole product of 2 x 2 x 3 layout combinations with the ops, dtypes and
+    widths). So four layouts, not twelve:
+      VEC, one batch axis, contiguous output columns: the benchmarks' and most callers' tensors;
+      VEC, two batch axes: permuted batch views whose rows are still aligned;
+      not VEC (rows unaligned or not a multiple of 16 long), two batch axes;
+      strided output columns (a reduction over a non-last axis), not VEC, two batch axes.
+    The non-vectorized layouts take the two-axis row offsets, whose per-row 64-bit division
+    costs them little next to their unvectorized access. For one batch axis the two-axis
+    formula (n1 = n_rows, s0 = 0) gives the same offsets, and strided columns always take
+    64-bit offsets, so every layout computes the same values (bitwise layout invariance)."""
+    col = COL_CONTIG if col_stride == 1 else COL_STRIDED
+    vec = bool(vec) and col == COL_CONTIG
+    return dict(VEC=vec, TWO_AXES=plan.n1 < plan.n_rows or not vec, COL=col)
 
 
 def _looped(plan: L.RowPlan, dtype: torch.dtype, device) -> bool:
@@ -645,7 +654,8 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     (sy0, sy1), = plan.out_strides
     syc = plan.out_col_strides[0] or 1
     vec = L.vec_ok(plan.n_cols, (x, sx0, sx1)) and (op == LOGSUMEXP or L.vec_ok(plan.n_cols, (y, sy0, sy1)))
-    consts = dict(F64=dtype == torch.float64, YCOL=_col_mode(plan.n_cols, syc), VEC=vec, TWO_AXES=plan.n1 < plan.n_rows,
+    lay = _layout(plan, vec, syc)
+    consts = dict(F64=dtype == torch.float64, YCOL=lay["COL"], VEC=lay["VEC"], TWO_AXES=lay["TWO_AXES"],
                   BLOCK_D=cfg.block_d)
     common = dict(consts, enable_fp_fusion=False, num_warps=cfg.num_warps)  # what note_variant records
     args = (plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc, cfg.n_chunks)
@@ -656,7 +666,7 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
         return
     if _looped(plan, dtype, x.device):
         chunk, warps = L.loop_config(backward=False, dtype=dtype)
-        loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], YCOL=common["YCOL"], BLOCK_D=chunk)
+        loop = dict(OP=op, VEC=common["VEC"], TWO_AXES=common["TWO_AXES"], YCOL=common["YCOL"], BLOCK_D=chunk)
         L.note_variant("fwd_loop", dtype=str(dtype), **loop)
         _FWD_LOOP((plan.n_rows,), (x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc), loop, warps)
         return
@@ -665,10 +675,12 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     nc = _nc(cfg)
     for phase in (PARTIAL, FINISH):
         # the partial phase is the same for every op (and writes no Y): one variant serves all
-        opp, yy, ncp = (op, y, nc) if phase == FINISH else (SOFTMAX, x, 1)
-        L.note_variant("fwd", OP=opp, PHASE=phase, dtype=str(dtype), NC=ncp, **common)
+        # (nor its columns: YCOL is the contiguous mode there)
+        opp, yy, ncp, ycol = (op, y, nc, consts["YCOL"]) if phase == FINISH else (SOFTMAX, x, 1, COL_CONTIG)
+        L.note_variant("fwd", OP=opp, PHASE=phase, dtype=str(dtype), NC=ncp, **dict(common, YCOL=ycol))
         grid = (plan.n_rows, 1) if (phase == FINISH and op == LOGSUMEXP) else (plan.n_rows, cfg.n_chunks)
-        _FWD(grid, (x, yy, pm, ps) + args, dict(consts, OP=opp, PHASE=phase, BLOCK_R=1, NC=ncp, SUB=1), cfg.num_warps)
+        _FWD(grid, (x, yy, pm, ps) + args, dict(consts, OP=opp, PHASE=phase, BLOCK_R=1, NC=ncp, SUB=1, YCOL=ycol),
+             cfg.num_warps)
 
 
 @L.on_tensor_device
@@ -686,8 +698,9 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         (sd0, sd1), = plan.out_strides
         sdc = plan.out_col_strides[0] or 1
         vec = L.vec_ok(plan.n_cols, (ax, sa0, sa1), (gx, sg0, sg1), (dx, sd0, sd1))
-        consts = dict(OP=op, F64=a.dtype == torch.float64, DCOL=_col_mode(plan.n_cols, sdc), VEC=vec,
-                      TWO_AXES=plan.n1 < plan.n_rows, RELOAD=L.bwd_reload(a.dtype, cfg, op == LOG_SOFTMAX), BLOCK_D=cfg.block_d)
+        lay = _layout(plan, vec, sdc)
+        consts = dict(OP=op, F64=a.dtype == torch.float64, DCOL=lay["COL"], VEC=lay["VEC"],
+                      TWO_AXES=lay["TWO_AXES"], RELOAD=L.bwd_reload(a.dtype, cfg, op == LOG_SOFTMAX), BLOCK_D=cfg.block_d)
         common = dict(consts, enable_fp_fusion=False, num_warps=cfg.num_warps)  # what note_variant records
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
         if not cfg.split:
@@ -697,7 +710,7 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
                                dict(consts, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1), cfg.num_warps)
         elif _looped(plan, a.dtype, a.device):
             chunk, warps = L.loop_config(backward=True, dtype=a.dtype)
-            loop = dict(OP=op, VEC=vec, TWO_AXES=common["TWO_AXES"], DCOL=common["DCOL"], BLOCK_D=chunk)
+            loop = dict(OP=op, VEC=common["VEC"], TWO_AXES=common["TWO_AXES"], DCOL=common["DCOL"], BLOCK_D=chunk)
             L.note_variant("bwd_loop", dtype=str(a.dtype), **loop)
             _BWD_LOOP((plan.n_rows,), (ax, gx, dx, plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc),
                       loop, warps)
@@ -712,10 +725,11 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
             # At NC = 64: 114 registers, no spills, and 16 shared stores in the PTX, as at 16384.
             nc = _nc(cfg)
             for phase in (PARTIAL, FINISH):
-                ncp = nc if phase == FINISH else 1
-                L.note_variant("bwd", PHASE=phase, dtype=str(a.dtype), NC=ncp, **common)
-                _BWD((plan.n_rows, cfg.n_chunks), (ax, gx, dx, ps, pk) + args, dict(consts, PHASE=phase, BLOCK_R=1, NC=ncp),
-                     cfg.num_warps)
+                # the partial phase writes no dx: its column mode is the contiguous one
+                ncp, dcol = (nc, consts["DCOL"]) if phase == FINISH else (1, COL_CONTIG)
+                L.note_variant("bwd", PHASE=phase, dtype=str(a.dtype), NC=ncp, **dict(common, DCOL=dcol))
+                _BWD((plan.n_rows, cfg.n_chunks), (ax, gx, dx, ps, pk) + args,
+                     dict(consts, PHASE=phase, BLOCK_R=1, NC=ncp, DCOL=dcol), cfg.num_warps)
     return dx.reshape(()) if squeeze else dx
 
 

@@ -2,6 +2,8 @@
 traceable by torch.compile. Backward uses the explicit VJP kernels (first order only)."""
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from . import _softmax as _k
@@ -87,40 +89,55 @@ from . import _cross_entropy as _ce  # noqa: E402
 
 @torch.library.custom_op(f"{_NS}::cross_entropy", mutates_args=())
 def cross_entropy_op(logits: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str,
-                     label_smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return _ce.forward(logits, target, ignore_index, reduction, label_smoothing)
+                     label_smoothing: float, weight: Optional[torch.Tensor] = None, z_loss: float = 0.0,
+                     softcap: Optional[float] = None, logit_scale: float = 1.0,
+                     return_z_loss: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, lse, z term): the z term reduced as the loss with return_z_loss, else empty."""
+    out = _ce.forward(logits, target, ignore_index, reduction, label_smoothing, weight=weight, z_loss=z_loss,
+                      softcap=softcap, logit_scale=logit_scale, return_z_loss=return_z_loss)
+    if return_z_loss:
+        return out
+    return out[0], out[1], logits.new_empty((0,))
 
 
 @cross_entropy_op.register_fake
-def _(logits, target, ignore_index, reduction, label_smoothing):
+def _(logits, target, ignore_index, reduction, label_smoothing, weight=None, z_loss=0.0, softcap=None,
+      logit_scale=1.0, return_z_loss=False):
     shape = target.shape if reduction == "none" else ()
     ct = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    z = torch.empty(shape if return_z_loss else (0,), dtype=logits.dtype, device=logits.device)
     return (torch.empty(shape, dtype=logits.dtype, device=logits.device),
-            torch.empty((target.numel(),), dtype=ct, device=logits.device))
+            torch.empty((target.numel(),), dtype=ct, device=logits.device), z)
 
 
 @torch.library.custom_op(f"{_NS}::cross_entropy_backward", mutates_args=())
 def cross_entropy_backward_op(logits: torch.Tensor, target: torch.Tensor, dloss: torch.Tensor, lse: torch.Tensor,
-                              ignore_index: int, reduction: str, label_smoothing: float) -> torch.Tensor:
-    return _ce.backward(logits, target, dloss, lse, ignore_index, reduction, label_smoothing)
+                              ignore_index: int, reduction: str, label_smoothing: float,
+                              weight: Optional[torch.Tensor] = None, z_loss: float = 0.0,
+                              softcap: Optional[float] = None, logit_scale: float = 1.0) -> torch.Tensor:
+    return _ce.backward(logits, target, dloss, lse, ignore_index, reduction, label_smoothing, weight=weight,
+                        z_loss=z_loss, softcap=softcap, logit_scale=logit_scale)
 
 
 @cross_entropy_backward_op.register_fake
-def _(logits, target, dloss, lse, ignore_index, reduction, label_smoothing):
+def _(logits, target, dloss, lse, ignore_index, reduction, label_smoothing, weight=None, z_loss=0.0, softcap=None,
+      logit_scale=1.0):
     return torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)
 
 
 def _ce_setup(ctx, inputs, output):
-    logits, target, ignore_index, reduction, label_smoothing = inputs
-    ctx.save_for_backward(logits, target, output[1])
+    logits, target, ignore_index, reduction, label_smoothing, weight, z_loss, softcap, logit_scale, _ = inputs
+    ctx.save_for_backward(logits, target, output[1], weight)
     ctx.opts = (ignore_index, reduction, label_smoothing)
-    ctx.mark_non_differentiable(output[1])
+    ctx.extra = (z_loss, softcap, logit_scale)
+    ctx.mark_non_differentiable(output[1], output[2])
 
 
-def _ce_bwd(ctx, dloss, dlse):
-    logits, target, lse = ctx.saved_tensors
-    g = cross_entropy_backward_op(logits.detach(), target, dloss.detach(), lse, *ctx.opts)
-    return g, None, None, None, None
+def _ce_bwd(ctx, dloss, dlse, dz):
+    logits, target, lse, weight = ctx.saved_tensors
+    g = cross_entropy_backward_op(logits.detach(), target, dloss.detach(), lse, *ctx.opts,
+                                  None if weight is None else weight.detach(), *ctx.extra)
+    return g, None, None, None, None, None, None, None, None, None
 
 
 cross_entropy_op.register_autograd(_ce_bwd, setup_context=_ce_setup)
@@ -131,19 +148,25 @@ class CrossEntropyFunction(torch.autograd.Function):
     backward's launch prepared in the forward (BackwardPlan), without the torch.library dispatch,
     which costs ~80 us of host time per forward + backward on a CPU host (a toy op: 124 us
     against 46 us with an autograd.Function). kernels.cross_entropy uses it
-    outside torch.compile; under torch.compile it calls cross_entropy_op, which traces."""
+    outside torch.compile; under torch.compile it calls cross_entropy_op, which traces.
+    opts: the checked options (_cross_entropy.check_options; None where all are off). The class
+    weights get no gradient (as in torch, whose cross-entropy has no derivative for them)."""
 
     @staticmethod
-    def forward(ctx, logits, target, ignore_index, reduction, label_smoothing):
+    def forward(ctx, logits, target, ignore_index, reduction, label_smoothing, opts=None, return_z_loss=False):
         # kernels.cross_entropy has checked the arguments
-        loss, lse, stats, ctx.plan = _ce.forward_for_autograd(logits, target, ignore_index, reduction,
-                                                              label_smoothing)
+        loss, lse, stats, ctx.plan, z = _ce.forward_for_autograd(logits, target, ignore_index, reduction,
+                                                                 label_smoothing, opts, return_z_loss)
         ctx.save_for_backward(logits, target)  # for autograd's check that they are unchanged
+        if return_z_loss:
+            ctx.mark_non_differentiable(z)
+            return loss, z
         return loss
 
     @staticmethod
-    def backward(ctx, dloss):
+    def backward(ctx, dloss, *dz):
         # the forward checked the arguments and the targets and prepared the launch; autograd
-        # hands a dloss of the loss's shape, dtype and device
+        # hands a dloss of the loss's shape, dtype and device (the z term is not differentiable:
+        # it is a part of the loss, reported)
         ctx.saved_tensors  # noqa: B018 - raises if logits or target were modified in place
-        return ctx.plan.run(dloss), None, None, None, None
+        return ctx.plan.run(dloss), None, None, None, None, None, None

@@ -91,6 +91,25 @@ CE_PROGRAMS_PER_SM = 4  # rows are split across programs only below ~4 programs 
 CE_PER_WARP = 512  # one warp per 512 elements, 4 to 16 warps (16 warps / 8192 columns took 63 registers: backward 0.83-0.86)
 
 # ----------------------------------------------------------------------------------------------
+# attention (kernels/_attention.py: fwd_config, bwd_config). (BLOCK_M, BLOCK_N, num_warps,
+# num_stages) by the padded head dimension, the known-good shapes of Triton's fused-attention
+# tutorial and flash-attention 2 on Hopper (not yet swept here: ATTN_KERNELS_FWD / _BWD override)
+# ----------------------------------------------------------------------------------------------
+ATTN_FWD_16 = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)}  # 16-bit, head dim up to the key; q tile held in registers
+ATTN_FWD_32 = {64: (64, 32, 4, 2), 128: (64, 32, 4, 2), 256: (32, 32, 4, 1)}  # float32: ieee dots, tiles twice the bytes
+ATTN_FWD_64 = {64: (32, 32, 4, 1), 128: (32, 16, 4, 1), 256: (16, 16, 4, 1)}  # float64: no tensor cores, registers bound the tile
+# backward: (BLOCK_M1, BLOCK_N1) of the dk/dv kernel (a key block held, query blocks streamed),
+# (BLOCK_M2, BLOCK_N2) of the dq kernel (a query block held, key blocks streamed), num_warps, num_stages
+ATTN_BWD_16 = {64: (32, 128, 128, 32, 4, 3), 128: (32, 128, 128, 32, 8, 2), 256: (16, 64, 64, 16, 8, 1)}
+ATTN_BWD_32 = {64: (16, 64, 64, 16, 4, 2), 128: (16, 64, 64, 16, 4, 1), 256: (16, 32, 32, 16, 4, 1)}
+ATTN_BWD_64 = {64: (16, 32, 32, 16, 4, 1), 128: (16, 32, 32, 16, 4, 1), 256: (16, 16, 16, 16, 4, 1)}
+# under the interpreter: small, unequal tiles, so CPU runs reach multi-block rows, partial blocks
+# and the masked and unmasked loops on short sequences (its time goes per program and operation)
+ATTN_FWD_INTERPRETER = (32, 16, 4, 1)
+ATTN_BWD_INTERPRETER = (16, 32, 32, 16, 4, 1)
+ATTN_DELTA_TILE = 2048  # delta = rowsum(o * do) of the backward's preprocess: elements per program
+
+# ----------------------------------------------------------------------------------------------
 # the environment overrides: every variable read, by its full name, and what it replaces
 # ----------------------------------------------------------------------------------------------
 OVERRIDES = {
@@ -116,6 +135,9 @@ OVERRIDES = {
     "MERGE_KERNELS_STATES_HELD": "merge_states: the most (row, state) weights a program holds (0: always the looped kernel)",
     "CE_KERNELS_MAX_TILE": "cross-entropy columns per iteration (a power of two >= 16)",
     "CE_KERNELS_NUM_WARPS": "cross-entropy warps per program",
+    "ATTN_KERNELS_FWD": "attention forward BLOCK_M/BLOCK_N/num_warps/num_stages, every head dimension",
+    "ATTN_KERNELS_BWD": "attention backward BLOCK_M1/BLOCK_N1/BLOCK_M2/BLOCK_N2/num_warps/num_stages",
+    "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",
 }
 # read once, when the package is imported (an A/B switch of the launch path, not a launch shape)
 DIRECT_LAUNCH = os.environ.get("KERNELS_DIRECT_LAUNCH", "1") not in ("", "0")  # 0: every launch through Triton's JIT function

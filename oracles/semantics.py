@@ -99,3 +99,34 @@ CE_SEMANTICS = [
     ("empty batch, mean: NaN",                     [[], [], []][:0],      [],       0.0,  "mean", nan,             [],                                    None),
     ("empty batch, sum: 0",                        [[], [], []][:0],      [],       0.0,  "sum",  0.0,             [],                                    None),
 ]
+
+
+# ----------------------------------------------------------------------------------------------
+# attention (oracles/sdpa.py, kernels/_attention.py): edge rows of o and lse. B = Hq = Hkv = 1;
+# q (Lq, D), k (Lk, D), v (Lk, Dv) as nested lists; options as keywords of attention() (scale=1
+# unless given). Bottom-right causal alignment unless causal_alignment says otherwise. Rows follow
+# the one-shot table above applied to each query's scores over its visible keys, with the empty
+# state of the merges for a query that sees no key (o = 0, lse = -inf, as flash and ring
+# attention). Keys a query cannot see never enter its row: NaN in an invisible key's k changes
+# nothing (a tiled kernel multiplies an invisible key's v by a zero weight inside a block, so
+# non-finite v there is not required to stay out).
+# Each entry: (what, q, k, v, options, o, lse). test_meta.py does not check this table yet.
+# ----------------------------------------------------------------------------------------------
+_L3 = math.log(3)
+
+ATTENTION_SEMANTICS = [
+    # what                                      q                k                     v                 options                                              o                        lse
+    ("ordinary row",                            [[1.0]],         [[0.0], [_L3]],       [[2.0], [6.0]],   {"scale": 1.0},                                      [[5.0]],                 [math.log(4)]),
+    ("no keys (Lk = 0): o = 0, lse = -inf",     [[1.0], [2.0]],  [],                   [],               {"scale": 1.0},                                      [[0.0], [0.0]],          [-inf, -inf]),
+    ("causal, Lq > Lk: bottom-right leaves the first query no key", [[1.0], [1.0]], [[0.0]], [[3.0]], {"scale": 1.0, "causal": True},                   [[0.0], [3.0]],          [-inf, 0.0]),
+    ("causal top-left, Lq < Lk: query 0 sees key 0 only", [[1.0]], [[0.0], [5.0]],     [[3.0], [7.0]],   {"scale": 1.0, "causal": True, "causal_alignment": "top_left"}, [[3.0]],   [0.0]),
+    ("causal bottom-right, Lq < Lk: the last query sees every key", [[1.0]], [[0.0], [0.0]], [[3.0], [7.0]], {"scale": 1.0, "causal": True},               [[5.0]],                 [math.log(2)]),
+    ("window (0, 0): each query sees its own key", [[1.0], [1.0]], [[0.0], [9.0]],     [[3.0], [7.0]],   {"scale": 1.0, "window": (0, 0)},                    [[3.0], [7.0]],          [0.0, 9.0]),
+    ("window (-1, 0) is causal",                [[1.0], [1.0]],  [[0.0], [0.0]],       [[3.0], [7.0]],   {"scale": 1.0, "window": (-1, 0)},                   [[3.0], [5.0]],          [0.0, math.log(2)]),
+    ("softcap saturates huge scores",           [[1000.0]],      [[1.0], [0.0]],       [[1.0], [0.0]],   {"scale": 1.0, "softcap": 1.0},                      [[math.e / (math.e + 1)]], [1.0 + math.log1p(math.exp(-1.0))]),
+    ("default scale 1/sqrt(D)",                 [[2.0, 0.0, 0.0, 0.0]], [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]], [[1.0], [0.0]], {}, [[math.e / (math.e + 1)]], [1.0 + math.log1p(math.exp(-1.0))]),
+    ("a NaN score poisons its row",             [[nan], [1.0]],  [[1.0], [1.0]],       [[1.0], [2.0]],   {"scale": 1.0},                                      [[nan], [1.5]],          [nan, math.log(2) + 1.0]),
+    ("a +inf score: o NaN, lse +inf",           [[inf]],         [[1.0], [-1.0]],      [[1.0], [2.0]],   {"scale": 1.0},                                      [[nan]],                 [inf]),
+    ("NaN in an invisible key changes nothing", [[1.0], [1.0]],  [[0.0], [nan]],       [[3.0], [7.0]],   {"scale": 1.0, "causal": True},                      [[3.0], [nan]],          [0.0, nan]),
+    ("huge finite scores do not overflow",      [[3e38]],        [[1.0], [-1.0]],      [[1.0], [2.0]],   {"scale": 1.0},                                      [[1.0]],                 [3e38]),
+]

@@ -242,6 +242,7 @@ def pytest_configure(config):
     if not config._softmax_in_use:
         return
     _LOG_PATH = None if hasattr(config, "workerinput") else config.getoption("properties_log", None)
+    _hand_out_one_at_a_time(config.option)
     for line in WARNINGS:
         config.addinivalue_line("filterwarnings", line)
     settings.register_profile("ci", CI_PROFILE)  # takes effect at once where "ci" is already the active profile
@@ -340,18 +341,40 @@ def pytest_collection_modifyitems(config, items):
     expected.apply(expected.load(config), items, warn=worker == "gw0", device=interpreter.device())
 
 
+# the laws that took longest on an H200 (gpu profile: 60-190 s, against 20-40 s for most), and
+# the families whose laws took longest on average (45-55 s, against 28-39 s): docs/results.md
+_LONG_LAWS = ("many_rows_match_oracle", "autograd_backward_twice", "autograd_composition", "dim_argument")
+_LONG_FAMILIES = ("cross_entropy", "merge", "merge_states")
+
+
+def _hand_out_one_at_a_time(option) -> None:
+    """pytest-xdist's load scheduling hands each worker a chunk of consecutive tests first (636
+    tests, 16 workers: 9 each); one at a time (--maxschedchunk 1, unless the user chose a chunk)
+    keeps the longest-first order of _longest_first."""
+    if getattr(option, "maxschedchunk", 0) is None:
+        option.maxschedchunk = 1
+
+
 def _longest_first(item) -> int:
     """Run order (a stable sort: collection order within a rank): the stateful merge tests first
-    (the longest single tests of a GPU run: about 1,000 examples of up to 10 calls each, 140-220 s
-    on an H200), then the laws, and the project's own tests (short, mostly seconds) last, so that
-    pytest-xdist, which hands tests out in this order, ends a run on short tests. The laws keep the
-    registry's order, law by law over the ops: workers that start together then work on different
-    ops and rarely compile the same Triton kernel at the same time (a GPU run's time is mostly
-    compilation, docs/results.md)."""
+    (about 1,000 examples of up to 10 calls each, 140-220 s on an H200), then the laws expected
+    to take longest, then the other laws, and the project's own tests (short, mostly seconds)
+    last. pytest-xdist hands tests out in this order, one at a time (pytest_configure sets
+    --maxschedchunk 1), so a run ends on short tests instead of waiting for a long one handed out
+    late: on a GPU a run's worker time was 6,800 s over 16 workers (425 s each) while the run
+    took 567 s. Within a rank the laws keep the registry's order, law by law over the ops:
+    workers that start together work on different ops and rarely compile the same Triton kernel
+    at the same time (a GPU run's time is mostly compilation)."""
     name = module_name(item.path) or ""
     if name.endswith(".test_merge_stateful"):
         return 0
-    return 2 if name.startswith(SELFTEST + ".") else 1
+    if name.startswith(SELFTEST + "."):
+        return 3
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    inv, op = params.get("inv"), params.get("op")
+    if getattr(inv, "name", "") in _LONG_LAWS or getattr(op, "family", "") in _LONG_FAMILIES:
+        return 1
+    return 2
 
 
 def item_tier(item) -> str:

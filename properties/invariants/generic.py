@@ -137,8 +137,10 @@ def follows_current_stream(case, target):
     names = ", ".join(case.tensor_names()) + ","
     call = "\n".join(
         ["from softmax_properties.properties.invariants._checks import inputs_written_late",
-         "# expected: the same call outside the block (on the default stream), bitwise",
-         f"with inputs_written_late(({names})) as ({names}):"]
+         "# expected: this call on the default stream, bitwise (made first, it also compiles the kernels:",
+         "# a first call's compilation would outlast the side stream's head start below)"]
+        + case.call_code().splitlines()
+        + [f"with inputs_written_late(({names})) as ({names}):"]
         + ["    " + line for line in case.call_code().splitlines()]
         + ["    out = tuple(o.clone() for o in out) if isinstance(out, (tuple, list)) else out.clone()  # on the side stream"])
     if len(got) != len(want):

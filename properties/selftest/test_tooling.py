@@ -339,3 +339,31 @@ def test_adapter_argument_checks(name):
         m.softmax([1.0])
     with pytest.raises(NotImplementedError, match="float64"):
         m.cross_entropy(x.double(), t)
+
+
+def test_run_order_puts_long_tests_first_and_hands_them_out_one_at_a_time():
+    """The order pytest-xdist hands tests out in: the stateful merges, then the laws expected to
+    take longest (by law or family), then the other laws, then the project's own tests; and under
+    xdist one test at a time (--maxschedchunk 1) unless the user chose a chunk."""
+    from types import SimpleNamespace
+    from .. import plugin
+    from ..invariants._registry import law
+    from ..spec import lookup
+    here = os.path.dirname(plugin.__file__)
+
+    def item(path, inv=None, op=None):
+        params = {"inv": inv, "op": op} if inv is not None else {}
+        return SimpleNamespace(path=os.path.join(here, path), callspec=SimpleNamespace(params=params))
+
+    items = [item("selftest/test_meta.py"),
+             item("test_properties.py", law("shift_invariance"), lookup("softmax")),
+             item("test_properties.py", law("many_rows_match_oracle"), lookup("softmax")),
+             item("test_properties.py", law("inputs_unmodified"), lookup("cross_entropy")),
+             item("test_merge_stateful.py")]
+    ranks = [plugin._longest_first(i) for i in items]
+    assert ranks == [3, 2, 1, 1, 0], ranks
+    for given, want in ((None, 1), (4, 4)):
+        option = SimpleNamespace(maxschedchunk=given)
+        plugin._hand_out_one_at_a_time(option)
+        assert option.maxschedchunk == want
+    plugin._hand_out_one_at_a_time(SimpleNamespace())  # without pytest-xdist: nothing to set

@@ -1,0 +1,787 @@
+"""Flash attention: ``attention(q, k, v, ...) -> (o, lse)`` and its VJP
+``attention_backward(q, k, v, o, lse, do, ...) -> (dq, dk, dv)`` (oracles/sdpa.py is the FP64
+truth and states the definition; its edge rows are ATTENTION_SEMANTICS in oracles/semantics.py).
+
+q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv), any strides (stride 0 included; the
+(B, L, H, D) layout arrives as a permuted view), Hq a multiple of Hkv (query head h reads key /
+value head h // (Hq / Hkv)), D and Dv 1 ... 256, any length including 0. Options: ``causal``
+(bottom-right aligned: query i sees keys j <= i + Lk - Lq, flash-attention >= 2.1),
+``window=(left, right)`` (keys i + Lk - Lq - left <= j <= i + Lk - Lq + right; None or -1 for an
+unbounded side), ``softcap`` c (scores s -> c tanh(s / c) after scaling, before masking), ``scale``
+(default 1 / sqrt(D)). o is fresh, contiguous, in q's dtype; lse (B, Hq, Lq) is the natural-log
+sum of exp of the scores, float32 (float64 for float64 inputs).
+
+Forward (one program per BLOCK_M queries of one head): the online softmax over key blocks of
+BLOCK_N, in float32 (float64 for float64), with exp2((s - m) log2(e)) (exp for float64). A key
+block is masked only where it needs it: the blocks a query block's rows all see in full run
+without masks, the ones crossing the causal or window diagonal, the left window edge or the end
+of the keys run with them, and blocks past the diagonal or before the window are never visited. The running max propagates NaN, and a row
+whose visible scores are all -inf (or a fully masked block) forms exp2(-inf - 0) = 0, never
+-inf - -inf: such a row ends with o = 0, lse = -inf; a NaN score gives NaN o and lse; a +inf score
+NaN o and lse = +inf. P is rounded to the input dtype for the P V product in 16-bit (as every
+flash kernel does); float32 dots run with input_precision="ieee"; float64 dots in float64.
+
+Backward (the standard design, no atomics, so results are deterministic): a preprocess
+delta_i = rowsum(o_i * do_i) - dlse_i (float32; float64 for float64), then one kernel for dk and
+dv (a program holds BLOCK_N1 keys of one key/value head and streams the query blocks of every
+query head of its group) and one for dq (a program holds BLOCK_M2 queries and streams the key
+blocks), each recomputing P = exp(s - lse) from the forward's lse. A gradient of lse (autograd,
+when lse is used) enters as dS = P (dP - delta + dlse).
+
+Keys a query cannot see never enter its row's arithmetic as scores (masked to -inf, so NaN in an
+invisible key's k changes nothing); a masked pair inside a block still multiplies its zero weight
+by the key's v (and, backward, by its k, and by the query's q and do), as in every tiled kernel,
+so non-finite inputs can reach other rows and keys of their blocks through those products.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from . import _launch as L
+from . import tuning as T
+from ._numerics import rowmax, to_out
+
+_LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
+_LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
+MAX_HEAD_DIM = 256
+
+_FWD_INTS = ["sqb", "sqh", "sqm", "sqd", "skb", "skh", "skn", "skd", "svb", "svh", "svn", "svd",
+             "sob", "soh", "som", "sod", "Hq", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr"]
+_FWD_PTRS = ["Q", "K", "V", "O", "LSE"]
+_BWD_INTS = ["sqb", "sqh", "sqm", "sqd", "skb", "skh", "skn", "skd", "svb", "svh", "svn", "svd",
+             "sdb", "sdh", "sdm", "sdd", "sgb", "sgh", "sgn", "sgd", "sub", "suh", "sun", "sud",
+             "Hq", "Hkv", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr"]
+_BWD_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "GB"]
+_DELTA_INTS = ["n_rows", "Hq", "Lq", "Dv", "sob", "soh", "som", "sod", "sdb", "sdh", "sdm", "sdd", "sl0"]
+_DELTA_PTRS = ["O", "DO", "DLSE", "DELTA"]
+
+
+# ----------------------------------------------------------------------------------------------
+# device helpers
+# ----------------------------------------------------------------------------------------------
+@triton.jit
+def _exp(x, F64: tl.constexpr):
+    """exp of a difference of scores (<= 0 for a row's max): tl.exp for float64, exp2(x log2(e))
+    otherwise. The scores stay in natural units: folding log2(e) into the scale would overflow
+    float32 for scores above 2.4e38, which a float32 lse holds."""
+    if F64:
+        return tl.exp(x)
+    else:
+        return tl.exp2(x * _LOG2E)
+
+
+@triton.jit
+def _coef(num, den, like):
+    """num / den in like's dtype, rounded once (a float literal would be rounded to float32
+    first, too coarse for float64)."""
+    return tl.cast(num, like.dtype) / den
+
+
+@triton.jit
+def _tanh(x):
+    """tanh in x's dtype, the same code compiled and interpreted (the interpreter has no
+    libdevice). |x| >= 1/8: (1 - e) / (1 + e) with e = exp(-2|x|), within a few ulp there; below
+    1/8, where 1 - e cancels, the Taylor series to x^15 (the next term is 2e-18 of x there).
+    NaN stays NaN, +-inf gives +-1."""
+    ax = tl.abs(x)
+    e = tl.exp(-2 * ax)
+    big = (1 - e) / (1 + e)
+    x2 = x * x
+    p = _coef(-929569, 638512875, x)
+    p = p * x2 + _coef(21844, 6081075, x)
+    p = p * x2 + _coef(-1382, 155925, x)
+    p = p * x2 + _coef(62, 2835, x)
+    p = p * x2 + _coef(-17, 315, x)
+    p = p * x2 + _coef(2, 15, x)
+    p = p * x2 + _coef(-1, 3, x)
+    small = x + x * x2 * p
+    return tl.where(ax < 0.125, small, tl.where(x < 0, -big, big))
+
+
+@triton.jit
+def _join(x0, x1, x2, F64: tl.constexpr):
+    """A float argument passed as three float32 parts (float arguments are float32 on the GPU):
+    their float64 sum for float64 kernels (the argument to float64 precision), else the first."""
+    if F64:
+        return tl.cast(x0, tl.float64) + tl.cast(x1, tl.float64) + tl.cast(x2, tl.float64)
+    else:
+        return x0
+
+
+@triton.jit
+def _scores(s, sc, cm, SOFTCAP: tl.constexpr):
+    """Raw dot products -> scores: s sc, or cm tanh(s sc) with softcap (sc = scale / c, cm = c).
+    Returns (scores, tanh)."""
+    if SOFTCAP:
+        th = _tanh(s * sc)
+        return cm * th, th
+    else:
+        return s * sc, s
+
+
+@triton.jit
+def _visible(rows, cols, Lq, Lk, off, wl, wr, LEFT: tl.constexpr, RIGHT: tl.constexpr):
+    """[len(rows), len(cols)] mask: query rows[i] may see key cols[j] (and both exist)."""
+    vis = (rows[:, None] < Lq) & (cols[None, :] < Lk)
+    if RIGHT:
+        vis = vis & (cols[None, :] <= rows[:, None] + (off + wr))
+    if LEFT:
+        vis = vis & (cols[None, :] >= rows[:, None] + (off - wl))
+    return vis
+
+
+@triton.jit
+def _ranges(a0, BA: tl.constexpr, n_a, n_b, lo_off, hi_off, LEFT: tl.constexpr, RIGHT: tl.constexpr,
+            BB: tl.constexpr):
+    """For a block of BA rows starting at a0 (queries, or keys read as the transposed problem)
+    whose element a sees the b with a + lo_off <= b <= a + hi_off (a side without LEFT / RIGHT
+    is unbounded) and b < n_b: the b-block starts (multiples of BB) to visit, [lo, hi), and
+    within them [r1, r2), the blocks where every pair is visible (no mask, no tail); the blocks
+    before r1 and from r2 on run masked. Blocks no element can see are left out. n_a: the rows
+    that exist (a block holding a >= n_a runs masked throughout)."""
+    if RIGHT:
+        hi = tl.minimum(tl.maximum(a0 + BA + hi_off, 0), n_b)
+        e = tl.minimum(tl.maximum(a0 + hi_off + 1, 0), n_b)
+    else:
+        hi = n_b
+        e = n_b
+    e = tl.where(a0 + BA <= n_a, e, 0)
+    if LEFT:
+        lo = tl.maximum(a0 + lo_off, 0)
+        s = tl.maximum(a0 + BA - 1 + lo_off, 0)
+    else:
+        lo = hi * 0
+        s = hi * 0
+    lo = (lo // BB) * BB
+    s = tl.maximum(((s + BB - 1) // BB) * BB, lo)
+    r1 = tl.minimum(s, hi)
+    r2 = tl.maximum(r1, (e // BB) * BB)
+    return lo, r1, r2, hi
+
+
+# The loops live in the kernels' bodies, not in helper functions: Triton (3.9, sm_90) drops the
+# tl.multiple_of / tl.max_contiguous hints made inside a called @triton.jit function, and without
+# them every load is a scalar 2-byte load. A block is masked or not by a uniform branch on its
+# position ([r1, r2) unmasked, _ranges), not by three copies of the loop.
+
+
+# ----------------------------------------------------------------------------------------------
+# forward
+# ----------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=_FWD_INTS, do_not_specialize_on_alignment=_FWD_INTS + _FWD_PTRS)
+def _attn_fwd_kernel(
+    Q, K, V, O, LSE,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
+    Hq, G, Lq, Lk, D, Dv, off, wl, wr,
+    sc0, sc1, sc2, cm0, cm1, cm2,
+    F64: tl.constexpr, SOFTCAP: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
+    EVEN_D: tl.constexpr, VEC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    n_mb = tl.cdiv(Lq, BLOCK_M)
+    pid = tl.program_id(0)
+    # the last query blocks first: under a causal mask they see the most keys
+    pid_m = n_mb - 1 - pid % n_mb
+    bh = pid // n_mb
+    b = (bh // Hq).to(tl.int64)
+    h = bh % Hq
+    hk = (h // G).to(tl.int64)
+    h = h.to(tl.int64)
+    m0 = pid_m * BLOCK_M
+    rows = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    sc = _join(sc0, sc1, sc2, F64)
+    cm = _join(cm0, cm1, cm2, F64)
+
+    q_ptrs = Q + b * sqb + h * sqh + rows.to(tl.int64)[:, None] * sqm + offs_d[None, :].to(tl.int64) * sqd
+    if VEC:
+        q_ptrs = tl.max_contiguous(tl.multiple_of(q_ptrs, [1, 16]), [1, 16])
+    qmask = rows[:, None] < Lq
+    if not EVEN_D:
+        qmask = qmask & (offs_d[None, :] < D)
+    q = tl.load(q_ptrs, mask=qmask, other=0.0)
+
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], CT)
+    l_i = tl.zeros([BLOCK_M], CT)
+    m_i = tl.full([BLOCK_M], float("-inf"), CT)
+    lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, LEFT, RIGHT, BLOCK_N)
+    kp = K + b * skb + hk * skh + (lo + offs_n).to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
+    vp = V + b * svb + hk * svh + (lo + offs_n).to(tl.int64)[:, None] * svn + offs_dv[None, :].to(tl.int64) * svd
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        kph = kp
+        vph = vp
+        if VEC:
+            kph = tl.max_contiguous(tl.multiple_of(kp, [16, 1]), [16, 1])
+            vph = tl.max_contiguous(tl.multiple_of(vp, [1, 16]), [1, 16])
+        kmask = cols[None, :] < Lk
+        vmask = cols[:, None] < Lk
+        if not EVEN_D:
+            kmask = kmask & (offs_d[:, None] < D)
+            vmask = vmask & (offs_dv[None, :] < Dv)
+        kT = tl.load(kph, mask=kmask, other=0.0)
+        v = tl.load(vph, mask=vmask, other=0.0)
+        s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
+        s, th = _scores(s, sc, cm, SOFTCAP)
+        if (start_n < r1) | (start_n >= r2):
+            s = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT), s, float("-inf"))
+        m_new = tl.maximum(m_i, rowmax(s), propagate_nan=tl.PropagateNan.ALL)
+        # a row that has seen only -inf so far subtracts 0: exp(-inf - 0) = 0, never -inf - -inf
+        m_s = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = _exp(s - m_s[:, None], F64)
+        alpha = _exp(m_i - m_s, F64)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision="ieee", out_dtype=CT)
+        m_i = m_new
+        kp += tl.cast(skn, tl.int64) * BLOCK_N
+        vp += tl.cast(svn, tl.int64) * BLOCK_N
+
+    # m_i is -inf (no visible key: o = 0, lse = -inf), NaN (a NaN score), +inf (o NaN, lse +inf),
+    # or finite, where l_i >= 1 (the maximum's own term)
+    fin = (m_i > float("-inf")) & (m_i < float("inf"))
+    l_s = tl.where(fin, l_i, 1.0)
+    if F64:
+        lse = m_i + tl.log(l_s)
+    else:
+        lse = m_i + tl.log2(l_s) * _LN2
+    lse = tl.where(fin, lse, m_i)
+    o = acc / l_s[:, None]
+    rmask = rows < Lq
+    tl.store(LSE + bh.to(tl.int64) * Lq + rows, lse, mask=rmask)
+    o_ptrs = O + b * sob + h * soh + rows.to(tl.int64)[:, None] * som + offs_dv[None, :].to(tl.int64) * sod
+    if VEC:
+        o_ptrs = tl.max_contiguous(tl.multiple_of(o_ptrs, [1, 16]), [1, 16])
+    omask = rmask[:, None]
+    if not EVEN_D:
+        omask = omask & (offs_dv[None, :] < Dv)
+    tl.store(o_ptrs, to_out(o, O.dtype.element_ty), mask=omask)
+
+
+# ----------------------------------------------------------------------------------------------
+# backward
+# ----------------------------------------------------------------------------------------------
+@triton.jit(do_not_specialize=_DELTA_INTS, do_not_specialize_on_alignment=_DELTA_INTS + _DELTA_PTRS)
+def _attn_delta_kernel(O, DO, DLSE, DELTA, n_rows, Hq, Lq, Dv,
+                       sob, soh, som, sod, sdb, sdh, sdm, sdd, sl0,
+                       F64: tl.constexpr, HAS_DLSE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """delta_r = sum_d o[r, d] do[r, d] (- dlse[r]) for the rows r = (b, h, i) of (B, Hq, Lq)."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < n_rows
+    i = rows % Lq
+    bh = rows // Lq
+    b = bh // Hq
+    h = bh % Hq
+    cols = tl.arange(0, BLOCK_DV)
+    acc = tl.zeros([BLOCK_R], CT)
+    for start in range(0, Dv, BLOCK_DV):
+        c = (start + cols).to(tl.int64)
+        mask = rmask[:, None] & (c[None, :] < Dv)
+        o = tl.load(O + (b * sob + h * soh + i * som)[:, None] + c[None, :] * sod, mask=mask, other=0.0)
+        g = tl.load(DO + (b * sdb + h * sdh + i * sdm)[:, None] + c[None, :] * sdd, mask=mask, other=0.0)
+        acc += tl.sum(o.to(CT) * g.to(CT), 1)
+    if HAS_DLSE:
+        acc -= tl.load(DLSE + rows * sl0, mask=rmask, other=0.0).to(CT)
+    tl.store(DELTA + rows, acc, mask=rmask)
+
+
+@triton.jit
+def _row_stats(LSE_h, DELTA_h, rows, Lq, F64: tl.constexpr):
+    """The rows' lse and delta. lse = -inf (a row that sees no key,
+    or only -inf scores) becomes +inf, so exp(s - lse) = 0; +inf (a +inf score) becomes NaN, so
+    the row's P is NaN, as the definition's."""
+    rmask = rows < Lq
+    lse = tl.load(LSE_h + rows, mask=rmask, other=0.0)
+    delta = tl.load(DELTA_h + rows, mask=rmask, other=0.0)
+    lse = tl.where(lse == float("-inf"), float("inf"), tl.where(lse == float("inf"), float("nan"), lse))
+    return lse, delta
+
+
+@triton.jit(do_not_specialize=_BWD_INTS, do_not_specialize_on_alignment=_BWD_INTS + _BWD_PTRS)
+def _attn_bwd_dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, GA, GB,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+    sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sub, suh, sun, sud,
+    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
+    sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
+    F64: tl.constexpr, SOFTCAP: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
+    EVEN_D: tl.constexpr, VEC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    n_nb = tl.cdiv(Lk, BLOCK_N)
+    pid = tl.program_id(0)
+    pid_n = pid % n_nb
+    bhk = pid // n_nb
+    b = (bhk // Hkv).to(tl.int64)
+    hk = (bhk % Hkv).to(tl.int64)
+    n0 = pid_n * BLOCK_N
+    cols = n0 + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    sc = _join(sc0, sc1, sc2, F64)
+    cm = _join(cm0, cm1, cm2, F64)
+    gs = _join(gs0, gs1, gs2, F64)
+
+    kmask = cols[:, None] < Lk
+    vmask = kmask
+    if not EVEN_D:
+        kmask = kmask & (offs_d[None, :] < D)
+        vmask = vmask & (offs_dv[None, :] < Dv)
+    k_ptrs = K + b * skb + hk * skh + cols.to(tl.int64)[:, None] * skn + offs_d[None, :].to(tl.int64) * skd
+    v_ptrs = V + b * svb + hk * svh + cols.to(tl.int64)[:, None] * svn + offs_dv[None, :].to(tl.int64) * svd
+    if VEC:
+        k_ptrs = tl.max_contiguous(tl.multiple_of(k_ptrs, [1, 16]), [1, 16])
+        v_ptrs = tl.max_contiguous(tl.multiple_of(v_ptrs, [1, 16]), [1, 16])
+    k = tl.load(k_ptrs, mask=kmask, other=0.0)
+    v = tl.load(v_ptrs, mask=vmask, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], CT)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], CT)
+    # the queries that see key j: j - off - wr <= i <= j - off + wl (the transposed problem)
+    lo, r1, r2, hi = _ranges(n0, BLOCK_N, Lk, Lq, -off - wr, wl - off, RIGHT, LEFT, BLOCK_M)
+    for g in range(0, G):
+        h = hk * G + g
+        qp = Q + b * sqb + h * sqh + (lo + offs_m).to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
+        dop = DO + b * sdb + h * sdh + (lo + offs_m).to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+        LSE_h = LSE + (b * Hq + h) * Lq
+        DELTA_h = DELTA + (b * Hq + h) * Lq
+        for start_m in range(lo, hi, BLOCK_M):
+            rows = start_m + offs_m
+            qph = qp
+            doph = dop
+            if VEC:
+                qph = tl.max_contiguous(tl.multiple_of(qp, [16, 1]), [16, 1])
+                doph = tl.max_contiguous(tl.multiple_of(dop, [1, 16]), [1, 16])
+            qmask = rows[None, :] < Lq
+            dmask = rows[:, None] < Lq
+            if not EVEN_D:
+                qmask = qmask & (offs_d[:, None] < D)
+                dmask = dmask & (offs_dv[None, :] < Dv)
+            qT = tl.load(qph, mask=qmask, other=0.0)
+            do = tl.load(doph, mask=dmask, other=0.0)
+            lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq, F64)
+            masked = (start_m < r1) | (start_m >= r2)
+            sT = tl.dot(k, qT, input_precision="ieee", out_dtype=CT)  # [BLOCK_N, BLOCK_M]
+            sT, th = _scores(sT, sc, cm, SOFTCAP)
+            pT = _exp(sT - lse[None, :], F64)
+            if masked:
+                pT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT)), pT, 0.0)
+            dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
+            dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
+            dsT = pT * (dpT - delta[None, :])
+            if SOFTCAP:
+                dsT = dsT * (1 - th * th)
+            if masked:
+                dsT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT)), dsT, 0.0)
+            dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision="ieee", out_dtype=CT)
+            qp += tl.cast(sqm, tl.int64) * BLOCK_M
+            dop += tl.cast(sdm, tl.int64) * BLOCK_M
+    dk = dk * gs
+    dk_ptrs = GA + b * sgb + hk * sgh + cols.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
+    dv_ptrs = GB + b * sub + hk * suh + cols.to(tl.int64)[:, None] * sun + offs_dv[None, :].to(tl.int64) * sud
+    if VEC:
+        dk_ptrs = tl.max_contiguous(tl.multiple_of(dk_ptrs, [1, 16]), [1, 16])
+        dv_ptrs = tl.max_contiguous(tl.multiple_of(dv_ptrs, [1, 16]), [1, 16])
+    tl.store(dk_ptrs, to_out(dk, GA.dtype.element_ty), mask=kmask)
+    tl.store(dv_ptrs, to_out(dv, GB.dtype.element_ty), mask=vmask)
+
+
+@triton.jit(do_not_specialize=_BWD_INTS, do_not_specialize_on_alignment=_BWD_INTS + _BWD_PTRS)
+def _attn_bwd_dq_kernel(
+    Q, K, V, DO, LSE, DELTA, GA, GB,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+    sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sub, suh, sun, sud,
+    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
+    sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
+    F64: tl.constexpr, SOFTCAP: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
+    EVEN_D: tl.constexpr, VEC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """dq (GA) of BLOCK_M queries of one head (GB is unused: the dk/dv kernel's signature)."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    n_mb = tl.cdiv(Lq, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_m = n_mb - 1 - pid % n_mb
+    bh = pid // n_mb
+    b = (bh // Hq).to(tl.int64)
+    h = bh % Hq
+    hk = (h // G).to(tl.int64)
+    h = h.to(tl.int64)
+    m0 = pid_m * BLOCK_M
+    rows = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    sc = _join(sc0, sc1, sc2, F64)
+    cm = _join(cm0, cm1, cm2, F64)
+    gs = _join(gs0, gs1, gs2, F64)
+
+    rmask = rows[:, None] < Lq
+    qmask = rmask
+    dmask = rmask
+    if not EVEN_D:
+        qmask = qmask & (offs_d[None, :] < D)
+        dmask = dmask & (offs_dv[None, :] < Dv)
+    q_ptrs = Q + b * sqb + h * sqh + rows.to(tl.int64)[:, None] * sqm + offs_d[None, :].to(tl.int64) * sqd
+    do_ptrs = DO + b * sdb + h * sdh + rows.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+    if VEC:
+        q_ptrs = tl.max_contiguous(tl.multiple_of(q_ptrs, [1, 16]), [1, 16])
+        do_ptrs = tl.max_contiguous(tl.multiple_of(do_ptrs, [1, 16]), [1, 16])
+    q = tl.load(q_ptrs, mask=qmask, other=0.0)
+    do = tl.load(do_ptrs, mask=dmask, other=0.0)
+    lse, delta = _row_stats(LSE + bh.to(tl.int64) * Lq, DELTA + bh.to(tl.int64) * Lq, rows, Lq, F64)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], CT)
+    lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, LEFT, RIGHT, BLOCK_N)
+    kp = K + b * skb + hk * skh + (lo + offs_n).to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
+    vp = V + b * svb + hk * svh + (lo + offs_n).to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + offs_n
+        kph = kp
+        vph = vp
+        if VEC:
+            kph = tl.max_contiguous(tl.multiple_of(kp, [16, 1]), [16, 1])
+            vph = tl.max_contiguous(tl.multiple_of(vp, [16, 1]), [16, 1])
+        kmask = cols[None, :] < Lk
+        vmask = kmask
+        if not EVEN_D:
+            kmask = kmask & (offs_d[:, None] < D)
+            vmask = vmask & (offs_dv[:, None] < Dv)
+        kT = tl.load(kph, mask=kmask, other=0.0)
+        vT = tl.load(vph, mask=vmask, other=0.0)
+        masked = (start_n < r1) | (start_n >= r2)
+        s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
+        s, th = _scores(s, sc, cm, SOFTCAP)
+        p = _exp(s - lse[:, None], F64)
+        if masked:
+            p = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT), p, 0.0)
+        dp = tl.dot(do, vT, input_precision="ieee", out_dtype=CT)
+        ds = p * (dp - delta[:, None])
+        if SOFTCAP:
+            ds = ds * (1 - th * th)
+        if masked:
+            ds = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT), ds, 0.0)
+        dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision="ieee", out_dtype=CT)
+        kp += tl.cast(skn, tl.int64) * BLOCK_N
+        vp += tl.cast(svn, tl.int64) * BLOCK_N
+    dq = dq * gs
+    dq_ptrs = GA + b * sgb + h * sgh + rows.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
+    if VEC:
+        dq_ptrs = tl.max_contiguous(tl.multiple_of(dq_ptrs, [1, 16]), [1, 16])
+    tl.store(dq_ptrs, to_out(dq, GA.dtype.element_ty), mask=qmask)
+
+
+
+JIT_KERNELS = L.register_jit(_attn_fwd_kernel, _attn_delta_kernel, _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel)
+
+
+# ----------------------------------------------------------------------------------------------
+# host: validation, launch configuration, launches
+# ----------------------------------------------------------------------------------------------
+def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _real(x) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float))
+
+
+def check_options(op: str, D: int, causal, scale, window, softcap):
+    """(scale, left, right, softcap) from the options: scale a finite float (1 / sqrt(D) for
+    None), left / right None (unbounded) or an int >= 0 (a window side given as -1 or None is
+    unbounded; causal caps right at 0), softcap None or a float > 0 (0 or None: none). Raises
+    TypeError / ValueError naming the option."""
+    if not isinstance(causal, bool):
+        raise TypeError(f"{op}: causal must be a bool, got {type(causal).__name__}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    elif not _real(scale):
+        raise TypeError(f"{op}: scale must be a float or None, got {type(scale).__name__}")
+    elif not (math.isfinite(scale) and abs(scale) < 2.0**127):
+        raise ValueError(f"{op}: scale must be finite and below 2**127 in magnitude, got {scale!r}")
+    left = right = None
+    if window is not None:
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            raise TypeError(f"{op}: window must be None or a pair (left, right), got {window!r}")
+        sides = []
+        for name, w in zip(("left", "right"), window):
+            if w is not None and (isinstance(w, bool) or not isinstance(w, int)):
+                raise TypeError(f"{op}: window {name} must be an int >= -1 or None, got {type(w).__name__}")
+            if w is not None and w < -1:
+                raise ValueError(f"{op}: window {name} must be >= 0, or -1 / None for unbounded, got {w}")
+            sides.append(None if w is None or w == -1 else w)
+        left, right = sides
+    if causal:
+        right = 0 if right is None else min(right, 0)
+    if softcap is not None:
+        if not _real(softcap):
+            raise TypeError(f"{op}: softcap must be a float or None, got {type(softcap).__name__}")
+        if not (math.isfinite(softcap) and 0 <= softcap < 2.0**126):
+            raise ValueError(f"{op}: softcap must be a finite float >= 0 (0 or None: no softcap), got {softcap!r}")
+        softcap = float(softcap) or None
+    return float(scale), left, right, softcap
+
+
+def check_qkv(op: str, q, k, v) -> None:
+    """q (B, Hq, Lq, D), k (B, Hkv, Lk, D), v (B, Hkv, Lk, Dv) of one float dtype and device, Hq a
+    multiple of Hkv, 1 <= D, Dv <= 256."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        L.check_tensor(name, t, op)
+        if t.ndim != 4:
+            raise ValueError(f"{op}: {name} must be 4-d (B, H, L, D), got shape {tuple(t.shape)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{op}: q and {name} must have the same dtype, got {q.dtype} and {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{op}: q and {name} must be on the same device, got {q.device} and {t.device}")
+    B, Hq, Lq, D = q.shape
+    if k.shape[0] != B or v.shape[0] != B:
+        raise ValueError(f"{op}: q, k and v must have the same batch size, got {B}, {k.shape[0]} and {v.shape[0]}")
+    if k.shape[3] != D:
+        raise ValueError(f"{op}: k's head dimension must be q's ({D}), got k of shape {tuple(k.shape)}")
+    if tuple(v.shape[1:3]) != tuple(k.shape[1:3]):
+        raise ValueError(f"{op}: v must have k's heads and length {tuple(k.shape[1:3])}, got v of shape {tuple(v.shape)}")
+    Hkv = k.shape[1]
+    if Hkv < 1 or Hq % Hkv:
+        raise ValueError(f"{op}: q's heads ({Hq}) must be a multiple of k's and v's heads ({Hkv}, at least 1)")
+    for name, n in (("D (q's and k's last axis)", D), ("Dv (v's last axis)", v.shape[3])):
+        if not 1 <= n <= MAX_HEAD_DIM:
+            raise ValueError(f"{op}: head dimension {name} must be 1 ... {MAX_HEAD_DIM}, got {n}")
+
+
+def _table(dtype, fwd: bool):
+    if dtype == torch.float64:
+        return T.ATTN_FWD_64 if fwd else T.ATTN_BWD_64
+    if dtype == torch.float32:
+        return T.ATTN_FWD_32 if fwd else T.ATTN_BWD_32
+    return T.ATTN_FWD_16 if fwd else T.ATTN_BWD_16
+
+
+def _padded(n: int) -> int:
+    return max(16, triton.next_power_of_2(n))
+
+
+def fwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the forward (kernels/tuning.py;
+    ATTN_KERNELS_FWD=BM/BN/W/S overrides)."""
+    env = L.knob("ATTN_KERNELS_FWD")
+    if env:
+        return tuple(int(x) for x in env.split("/"))
+    if L.interpreting():
+        return T.ATTN_FWD_INTERPRETER
+    bd = max(_padded(D), _padded(Dv), 64)
+    return _table(dtype, True)[bd]
+
+
+def bwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
+    """(BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, num_warps, num_stages) of the backward: the dk/dv
+    kernel's query and key blocks, then the dq kernel's (kernels/tuning.py; ATTN_KERNELS_BWD
+    overrides)."""
+    env = L.knob("ATTN_KERNELS_BWD")
+    if env:
+        return tuple(int(x) for x in env.split("/"))
+    if L.interpreting():
+        return T.ATTN_BWD_INTERPRETER
+    bd = max(_padded(D), _padded(Dv), 64)
+    return _table(dtype, False)[bd]
+
+
+def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) -> list:
+    """Sequence lengths (Lq or Lk) where the kernels' block structure changes, forward or
+    backward: each block size and its double (for the strategies to aim at, +-1)."""
+    f = fwd_config(dtype, head_dim, head_dim)
+    b = bwd_config(dtype, head_dim, head_dim)
+    sizes = {f[0], f[1], b[0], b[1], b[2], b[3]}
+    return sorted(sizes | {2 * s for s in sizes})
+
+
+def _vec(tensors) -> bool:
+    """16-byte vectors along the head dimension: every tensor unit-stride there, 16-byte aligned,
+    and every other stride (of an axis longer than 1) a multiple of 16 bytes."""
+    for t in tensors:
+        es = t.element_size()
+        if t.stride(-1) != 1 or t.data_ptr() % 16:
+            return False
+        if any((s * es) % 16 for n, s in zip(t.shape[:-1], t.stride()[:-1]) if n > 1):
+            return False
+    return True
+
+
+def _split3(x: float, F64: bool) -> tuple:
+    """x as three float32 parts whose float64 sum is x (float arguments reach a kernel as float32);
+    only the first matters to a 16/32-bit kernel."""
+    hi = float(np.float32(x))
+    if not F64:
+        return hi, 0.0, 0.0
+    mid = float(np.float32(x - hi))
+    return hi, mid, float(np.float32(x - hi - mid))
+
+
+def _factors(dtype, scale, softcap) -> tuple:
+    """(sc, cm, gs) as float32 parts: the kernels form scores s sc (or cm tanh(s sc) with softcap)
+    and scale the gradients by gs."""
+    F64 = dtype == torch.float64
+    sc, cm = (scale / softcap, softcap) if softcap else (scale, 0.0)
+    return _split3(sc, F64) + _split3(cm, F64) + _split3(scale, F64)
+
+
+def _mask_args(Lq: int, Lk: int, left, right):
+    """(off, wl, wr, LEFT, RIGHT): bottom-right alignment, window sides clamped to Lq + Lk (a
+    wider side masks nothing) so that every index sum stays in 32 bits."""
+    cap = Lq + Lk + 1
+    wl = 0 if left is None else min(left, cap)
+    wr = 0 if right is None else min(right, cap)
+    return Lk - Lq, wl, wr, left is not None, right is not None
+
+
+_LAUNCHERS: dict = {}
+
+
+def _launch(fn, grid, args, constexprs, num_warps: int, num_stages: int) -> None:
+    key = (fn, num_stages)
+    launcher = _LAUNCHERS.get(key)
+    if launcher is None:
+        launcher = _LAUNCHERS[key] = L.Launcher(fn, num_stages=num_stages)
+    launcher(grid, args, constexprs, num_warps)
+
+
+def _grid(n_blocks: int, heads: int) -> tuple:
+    n = n_blocks * heads
+    if n >= 2**31:
+        raise ValueError(f"attention: {n} programs exceed the grid's 2**31 - 1 (batch x heads x blocks)")
+    return (n,)
+
+
+@L.on_tensor_device
+def forward(q, k, v, scale: float, left, right, softcap):
+    """(o, lse) for checked arguments (check_qkv, check_options)."""
+    B, Hq, Lq, D = q.shape
+    Hkv, Lk, Dv = k.shape[1], k.shape[2], v.shape[3]
+    o = torch.empty((B, Hq, Lq, Dv), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, Hq, Lq), dtype=_lse_dtype(q.dtype), device=q.device)
+    if o.numel() == 0:
+        return o, lse
+    if Lk == 0:  # no key: every row is empty
+        return o.zero_(), lse.fill_(float("-inf"))
+    F64 = q.dtype == torch.float64
+    bm, bn, warps, stages = fwd_config(q.dtype, D, Dv)
+    bd, bdv = _padded(D), _padded(Dv)
+    off, wl, wr, LEFT, RIGHT = _mask_args(Lq, Lk, left, right)
+    L.note_variant("attention_fwd", dtype=str(q.dtype), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv,
+                   SOFTCAP=bool(softcap), LEFT=LEFT, RIGHT=RIGHT)
+    args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+            Hq, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap)[:6])
+    _launch(_attn_fwd_kernel, _grid(triton.cdiv(Lq, bm), B * Hq), args,
+            dict(F64=F64, SOFTCAP=bool(softcap), LEFT=LEFT, RIGHT=RIGHT, EVEN_D=(bd == D and bdv == Dv),
+                 VEC=_vec((q, k, v, o)), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv), warps, stages)
+    return o, lse
+
+
+@L.on_tensor_device
+def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
+    """(dq, dk, dv) for checked arguments; do of o's dtype; dlse None or (B, Hq, Lq)."""
+    B, Hq, Lq, D = q.shape
+    Hkv, Lk, Dv = k.shape[1], k.shape[2], v.shape[3]
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=q.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=q.device)
+    if dq.numel() == 0 or dk.numel() == 0:  # no query or no key: nothing flows
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    F64 = q.dtype == torch.float64
+    CT = _lse_dtype(q.dtype)
+    lse = lse.contiguous()
+    delta = torch.empty((B, Hq, Lq), dtype=CT, device=q.device)
+    n_rows = B * Hq * Lq
+    bdv = _padded(Dv)
+    br = max(1, T.ATTN_DELTA_TILE // bdv)
+    has_dlse = dlse is not None
+    dl = dlse.to(CT).contiguous() if has_dlse else delta
+    _launch(_attn_delta_kernel, (triton.cdiv(n_rows, br),),
+            (o, do, dl, delta, n_rows, Hq, Lq, Dv, *o.stride(), *do.stride(), 1),
+            dict(F64=F64, HAS_DLSE=has_dlse, BLOCK_R=br, BLOCK_DV=bdv), 4, 1)
+    bm1, bn1, bm2, bn2, warps, stages = bwd_config(q.dtype, D, Dv)
+    bd = _padded(D)
+    off, wl, wr, LEFT, RIGHT = _mask_args(Lq, Lk, left, right)
+    L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
+                   BLOCK_D=bd, BLOCK_DV=bdv, SOFTCAP=bool(softcap), LEFT=LEFT, RIGHT=RIGHT)
+    common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
+    const = dict(F64=F64, SOFTCAP=bool(softcap), LEFT=LEFT, RIGHT=RIGHT, EVEN_D=(bd == D and bdv == Dv),
+                 VEC=_vec((q, k, v, do, dq, dk, dv)), BLOCK_D=bd, BLOCK_DV=bdv)
+    _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
+            (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
+            dict(const, BLOCK_M=bm1, BLOCK_N=bn1), warps, stages)
+    _launch(_attn_bwd_dq_kernel, _grid(triton.cdiv(Lq, bm2), B * Hq),
+            (q, k, v, do, lse, delta, dq, dv, *common, *dq.stride(), *dv.stride(), *ints),
+            dict(const, BLOCK_M=bm2, BLOCK_N=bn2), warps, stages)
+    return dq, dk, dv
+
+
+class AttentionFunction(torch.autograd.Function):
+    """attention with autograd: the forward kernel, and the backward kernels on the saved q, k,
+    v, o and lse (a gradient of lse included). First order only."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, left, right, softcap):
+        o, lse = forward(q, k, v, scale, left, right, softcap)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.opts = (scale, left, right, softcap)
+        ctx.set_materialize_grads(False)
+        return o, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, do, dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        if do is None:
+            do = torch.zeros_like(o)
+        dq, dk, dv = backward(q, k, v, o, lse, do.to(o.dtype), dlse, *ctx.opts)
+        return dq, dk, dv, None, None, None, None
+
+
+def attention(q, k, v, *, causal: bool = False, scale=None, window=None, softcap=None):
+    """Scaled dot-product attention (module docstring): returns (o (B, Hq, Lq, Dv) in q's dtype,
+    lse (B, Hq, Lq) float32, float64 for float64). Differentiable in q, k and v (o and lse)."""
+    check_qkv("attention", q, k, v)
+    opts = check_options("attention", q.shape[3], causal, scale, window, softcap)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return AttentionFunction.apply(q, k, v, *opts)
+    return forward(q, k, v, *opts)
+
+
+def attention_backward(q, k, v, o, lse, do, *, causal: bool = False, scale=None, window=None, softcap=None):
+    """(dq, dk, dv), the VJP of attention's o with cotangent do, from the forward's o (q's dtype)
+    and lse (float32, float64 for float64); do of o's shape and dtype. Fresh contiguous outputs
+    in q's, k's and v's shapes and dtype."""
+    op = "attention_backward"
+    check_qkv(op, q, k, v)
+    opts = check_options(op, q.shape[3], causal, scale, window, softcap)
+    B, Hq, Lq, _ = q.shape
+    want = (B, Hq, Lq, v.shape[3])
+    for name, t in (("o", o), ("do", do)):
+        L.check_tensor(name, t, op)
+        if tuple(t.shape) != want:
+            raise ValueError(f"{op}: {name} must have shape {want} (B, Hq, Lq, Dv), got {tuple(t.shape)}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{op}: {name} must have q's dtype {q.dtype}, got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{op}: q and {name} must be on the same device, got {q.device} and {t.device}")
+    if not isinstance(lse, torch.Tensor):
+        raise TypeError(f"{op}: lse must be a torch.Tensor, got {type(lse).__name__}")
+    if lse.dtype != _lse_dtype(q.dtype):
+        raise TypeError(f"{op}: lse.dtype must be {_lse_dtype(q.dtype)} (the forward's for {q.dtype}), got {lse.dtype}")
+    if tuple(lse.shape) != (B, Hq, Lq):
+        raise ValueError(f"{op}: lse must have shape {(B, Hq, Lq)} (B, Hq, Lq), got {tuple(lse.shape)}")
+    if lse.device != q.device:
+        raise ValueError(f"{op}: q and lse must be on the same device, got {q.device} and {lse.device}")
+    return backward(q.detach(), k.detach(), v.detach(), o.detach(), lse.detach(), do.detach(), None, *opts)
