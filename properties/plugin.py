@@ -415,7 +415,7 @@ def _interpreter_header() -> list:
 
 @pytest.fixture(scope="session")
 def target(pytestconfig):
-    from .ops import Target
+    from .ops import OPS, Target
     t = Target(pytestconfig.getoption("target"))
     t.device = interpreter.device()
     b = getattr(t.module, "block_boundaries", None)
@@ -424,6 +424,7 @@ def target(pytestconfig):
             S.BOUNDARIES.values = tuple(sorted({v for d in S.DTYPES for v in b(d)}))
         except TypeError:
             S.BOUNDARIES.values = tuple(b())
+    S.OFFERED.values = {name: t.offered(name) for name in OPS}
     return t
 
 

@@ -20,7 +20,7 @@ from ...truth import truth_at
 from ...invariants._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
 from ...invariants._registry import fail, invariant
 from . import bounds as B
-from .strategies import OUT_OF_RANGE
+from .strategies import CE_OPTIONS, OUT_OF_RANGE
 from .truth import ce_default_mask, ce_truth
 
 
@@ -48,6 +48,18 @@ def ce_matches_oracle(case, target, strict=False):
     order, on the outputs ce_default_mask covers; strict (ce_matches_oracle_strict): the bound at
     the project's reduction depth on every output (an exactly zero gradient on ignored rows
     holding NaN / inf; an overflow-free mean)."""
+    check_oracle(case, target, strict=strict)
+
+
+@invariant(cross_entropy, needs=("option:any",), families=(CE_OPTIONS,), strict="ce_options_match_oracle_strict")
+def ce_options_match_oracle(case, target, strict=False):
+    """With the options the target takes (weight, z_loss, softcap, logit_scale; drawn together
+    with ignore_index, reduction and label_smoothing, at least one on), the loss and the gradient
+    equal the FP64 oracle (oracles/cross_entropy.py) within truth.ce_options_truth's bound: the
+    options' own errors (the transformed logits', the weights' products, the z term's, the
+    mean's divisors; bounds.ce_options_loss_bound, ce_options_grad_bound) added to the
+    cross-entropy's. default: on the outputs ce_options_mask covers; strict: every output, the
+    logits transformed at the compute precision."""
     check_oracle(case, target, strict=strict)
 
 
