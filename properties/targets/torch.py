@@ -16,7 +16,10 @@ with the reason) or a defect of the suite. Each function is what a user would wr
   (float64 for float64), the empty-state convention of flash / ring attention (an empty side,
   lse = -inf, weighs exactly 0; two empty sides give o = 0 and lse = -inf, softmax NaN).
 * ``cross_entropy``: ``torch.nn.functional.cross_entropy`` on the rows flattened to (N, V);
-  ``cross_entropy_backward``: autograd through it.
+  ``cross_entropy_backward``: autograd through it. The options: ``weight`` and
+  ``label_smoothing`` torch's own, ``logit_scale``, ``softcap`` and ``z_loss`` one line each
+  around it.
+* ``linear_cross_entropy``: ``F.linear`` then ``cross_entropy`` (the whole logits in memory).
 
 Every function takes ``dim=`` like torch's own, so ``dim_argument`` runs. Nothing is refused
 (``SUITE_REFUSALS = ()``): torch raises only for inputs the suite never draws.
@@ -121,3 +124,10 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
                          weight=weight, z_loss=z_loss, softcap=softcap, logit_scale=logit_scale)
     (dx,) = torch.autograd.grad(loss, x, dloss.to(loss.dtype))
     return dx
+
+
+def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index=-100, reduction="mean",
+                         label_smoothing=0.0, z_loss=0.0, softcap=None, logit_scale=1.0):
+    """The composition: F.linear (the whole logits in memory), then cross_entropy above."""
+    return cross_entropy(F.linear(hidden, weight, bias), target, ignore_index=ignore_index, reduction=reduction,
+                         label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap, logit_scale=logit_scale)

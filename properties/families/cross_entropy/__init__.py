@@ -54,3 +54,4 @@ register(OpSpec("cross_entropy_backward", "cross_entropy", ("logits", "target", 
                 options=CE_OPTIONS, offered=OFFERED))
 
 from . import laws  # noqa: E402,F401  (the family's laws, registered after its ops)
+from . import linear  # noqa: E402,F401  (the fused linear cross-entropy: its op and laws)
