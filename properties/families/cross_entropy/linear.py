@@ -216,7 +216,7 @@ def linear(op) -> bool:
     return op.family == "linear_cross_entropy"
 
 
-@invariant(linear, strict="lce_matches_oracle_strict")
+@invariant(linear)
 def lce_matches_oracle(case, target, strict=False):
     """The loss equals the FP64 oracle (the logits hidden @ weight.T + bias in float64, then the
     cross-entropy oracle) within the cross-entropy's bound plus the two matmuls' error carried
