@@ -336,6 +336,11 @@ def ce_out_of_range_target_raises(case, target, strict=False):
 # difference, on cases drawn with the option on (families=("ce_options:NAME",)); every bound is
 # the oracle bound of the calls compared (truth.ce_options_truth), added
 # ----------------------------------------------------------------------------------------------
+# the option laws' rows (each example calls the target two to four times): the kernels' block
+# boundaries up to 256 columns, +-1; longer rows with the options are ce_options_match_oracle's
+OPTION_LAW_COLS = 256
+
+
 def _truth(case, args):
     ref, tol = ce_truth(case, args)
     return ref, torch.nan_to_num(tol, nan=0.0)
@@ -348,7 +353,7 @@ def _judged(case, args, ref):
     return torch.ones(ref.shape, dtype=torch.bool) if only is None else only
 
 
-@invariant(cross_entropy, needs=("option:z_loss",), families=(CE_OPTIONS + ":z_loss",))
+@invariant(cross_entropy, needs=("option:z_loss",), families=(CE_OPTIONS + ":z_loss",), max_cols=OPTION_LAW_COLS)
 def ce_z_loss_term(case, target):
     """z-loss adds z lse^2 per counted row, unweighted: loss(z) - loss(0) equals the FP64 z term
     reduced as the loss (the mean over the count of counted rows, whatever the weights), and the
@@ -382,7 +387,7 @@ def ce_z_loss_term(case, target):
                  f"{off.call_code()}\nout = with_z - out  # vs the FP64 z term", only=only)
 
 
-@invariant(cross_entropy, needs=("option:softcap",), families=(CE_OPTIONS + ":softcap",))
+@invariant(cross_entropy, needs=("option:softcap",), families=(CE_OPTIONS + ":softcap",), max_cols=OPTION_LAW_COLS)
 def ce_softcap_is_capped_logits(case, target):
     """softcap c: the loss is the plain cross-entropy of y = c tanh(s x / c), and the gradient is
     its gradient at y times dy/dx = s (1 - tanh^2(s x / c)) (a backward that forgets tanh' returns
@@ -415,7 +420,7 @@ def _pow2_scale(s: float) -> float:
     return math.copysign(2.0 ** round(math.log2(abs(s))), s)
 
 
-@invariant(cross_entropy, needs=("option:logit_scale",), families=(CE_OPTIONS + ":logit_scale",))
+@invariant(cross_entropy, needs=("option:logit_scale",), families=(CE_OPTIONS + ":logit_scale",), max_cols=OPTION_LAW_COLS)
 def ce_logit_scale_is_scaled_logits(case, target):
     """logit_scale s: CE(x, logit_scale=s) equals the target's own CE(s x) without the scale, and
     the gradient equals s times the gradient at s x (the chain rule's factor, which a backward that
@@ -450,7 +455,7 @@ def ce_logit_scale_is_scaled_logits(case, target):
                  f"{plain.call_code()}\nout = first, out  # the second times s for the gradient", only=only)
 
 
-@invariant(loss, needs=("option:weight",), families=(CE_OPTIONS + ":weight",))
+@invariant(loss, needs=("option:weight",), families=(CE_OPTIONS + ":weight",), max_cols=OPTION_LAW_COLS)
 def ce_unit_weights_equal_unweighted(case, target):
     """weight = ones(V) is no weight: the loss with unit weights equals the loss without (the
     mean's divisor, sum w[t], is then the count). Bound: the two calls' oracle bounds (agree)."""
@@ -471,7 +476,7 @@ def _weighted_sum(case, target, args, **kw):
     return op_call(case, target, *args, reduction="sum", **kw).double()
 
 
-@invariant(loss, needs=("option:weight",), families=(CE_OPTIONS + ":weight",))
+@invariant(loss, needs=("option:weight",), families=(CE_OPTIONS + ":weight",), max_cols=OPTION_LAW_COLS)
 def ce_weighted_mean_divides_by_weight_sum(case, target):
     """With weights, reduction="mean" is the weighted sum over the sum of w[t] of the counted rows
     (torch's semantics; not over their count): mean * sum w[t] == sum (the target's own sum,
@@ -500,7 +505,7 @@ def ce_weighted_mean_divides_by_weight_sum(case, target):
     assert_close(case, target, mean * dw, total, tol, "weighted mean * sum w[t] != weighted sum", call)
 
 
-@invariant(loss, needs=("option:weight",), families=(CE_OPTIONS + ":weight",))
+@invariant(loss, needs=("option:weight",), families=(CE_OPTIONS + ":weight",), max_cols=OPTION_LAW_COLS)
 def ce_weight_scale_free(case, target):
     """Weights scaled by a power of two 2^k leave the mean unchanged (numerator and divisor scale
     alike, exactly), and scale the sum and each row by 2^k. Bound: the two calls' oracle bounds
