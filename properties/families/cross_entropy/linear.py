@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 import torch
-from hypothesis import assume, strategies as st
+from hypothesis import assume, reject, strategies as st
 
 from softmax_properties import oracles
 
@@ -293,3 +293,47 @@ def draw_split(case) -> int:
 
 def _rows(targets, lo, hi):
     return dataclasses.replace(targets, values=tuple(targets.values[lo:hi]))
+
+
+@invariant(linear)
+def lce_weight_grad_sums_to_zero(case, target):
+    """Without z-loss and softcap every row of d logits sums to zero (softmax sums to 1, the
+    one-hot and the smoothing's eps / V terms to (1 - eps) + eps; the logit scale multiplies the
+    row), so d weight = (d logits)^T hidden summed over the vocabulary is zero:
+    sum_j dW_jk = sum_i (sum_j G_ij) h_ik = 0 (autograd, dloss = 1). Bound, summing over j the
+    error of each dW_jk = sum_i G_ij h_ik: G_ij within the cross-entropy backward's bound at the
+    FP64 logits (ce_truth) plus the logits' error carried into p (p_ij expm1(2 |s| D_i),
+    D_i = max_j logits_error, times the row's scale), times |h_ik|; the product's length-N float32
+    sum and G and dW rounded to the dtype, ((N + 1) u_c + 2 * 2**-p) sum_i |G_ij h_ik|; the
+    float64 sum over the V rows, (V + 1) 2**-53 sum_j |dW_jk|. Targets whose op is not
+    differentiable in the weight: the example is rejected."""
+    assume(case.z_loss == 0 and case.softcap is None and case.N > 0)
+    hidden, weight, t = case.tensors(target.device)
+    w = weight.detach().clone().requires_grad_(True)
+    out = op_call(case, target, hidden, w, t)
+    if not (isinstance(out, torch.Tensor) and out.requires_grad):
+        reject()
+    dl = torch.ones_like(out)
+    (dw,) = torch.autograd.grad(out, w, dl)
+    total = dw.double().sum(0)
+    bias = case.kwargs().get("bias")
+    z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
+    view = dataclasses.replace(case.ce_view(), op="cross_entropy_backward")
+    G, tolG = ce_truth(view, [z, t, dl])
+    s = abs(float(case.logit_scale))
+    D = (logits_error(case, hidden, weight, bias).amax(-1) * s)[..., None]
+    p = torch.softmax(z * float(case.logit_scale), -1)
+    sc = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction).abs()[..., None]
+    dG = torch.nan_to_num(tolG, nan=0.0) + p * torch.expm1(2 * D) * sc * s
+    h = hidden.detach().double().abs()
+    mag = G.abs().T @ h  # (V, H): sum_i |G_ij h_ik|
+    u = tolerances.TABLE[case.dtype]
+    per = dG.T @ h + ((case.N + 1) * u.u_c + 2 * 2.0 ** -u.precision) * mag
+    tol = per.sum(0) + (case.V + 1) * 2.0 ** -53 * (mag.sum(0) + per.sum(0))
+    ok = torch.isfinite(G).all()
+    assume(bool(ok))
+    assert_close(case, target, total, torch.zeros_like(total), torch.nan_to_num(tol, nan=0.0, posinf=math.inf),
+                 "d weight summed over the vocabulary != 0",
+                 f"weight.requires_grad_(True)\n{case.call_code()}\n"
+                 "out = torch.autograd.grad(out, weight, torch.ones_like(out))[0].double().sum(0)",
+                 dtype=torch.float64)
