@@ -14,6 +14,7 @@ from .. import record, tolerances
 from ..failures import WrongOutput
 from ._registry import fail
 
+
 # ----------------------------------------------------------------------------------------------
 # calling the target
 # ----------------------------------------------------------------------------------------------

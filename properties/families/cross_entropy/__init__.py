@@ -40,6 +40,7 @@ def _class_indices(x: torch.Tensor):
     """A cross-entropy call around float64 logits x: class 0 for every row."""
     return (x, torch.zeros(x.shape[:-1], dtype=torch.int64, device=x.device)), {}
 
+
 # cross-entropy with class-index targets and keyword options (ignore_index, reduction,
 # label_smoothing; and where the target takes them weight, z_loss, softcap, logit_scale: OFFERED);
 # drawn as a CECase

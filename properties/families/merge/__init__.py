@@ -29,6 +29,7 @@ def _merge_rows(column):
         rows.append((what, args, {}, (row64(values), t64([lse]))))
     return tuple(rows)
 
+
 # merges of two (x, lse) states, returning (x, lse); drawn as a MergeCase (a row's chunk states
 # and a merge tree over them)
 register(OpSpec("softmax_merge", "merge", ("p_a", "lse_a", "p_b", "lse_b"), oracles.softmax_merge, truth.merge_truth,

@@ -27,6 +27,7 @@ def _states_rows():
         rows.append((what, (t64([[[xa[0]], [xb[0]]]]), t64([[la, lb]])), {}, (t64([[o]]), t64([lse]))))
     return tuple(rows)
 
+
 # the N-way merge of S states stacked along axis -2 (o) / -1 (lse); drawn as a StatesCase
 register(OpSpec("merge_states", "merge_states", ("o", "lse"), oracles.merge_states, truth.states_truth, S.states_case,
                 S.many_row_states_case, semantics=_states_rows()))

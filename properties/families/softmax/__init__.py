@@ -23,6 +23,7 @@ def _forward_rows(column):
     return tuple((what, (row64(row),), {}, (t64([out]).reshape(1, -1) if isinstance(out, list) else t64([out]),))
                  for what, row, *outs in oracles.SEMANTICS for out in (outs[column],))
 
+
 _SOFTMAX_FAMILY = dict(family="softmax", truth=truth.logits_truth, cases=S.logit_case, many_rows=S.many_row_logit_case,
                        has_dim=True)
 
