@@ -14,7 +14,7 @@ def device_reason(inv, target):
 
 def skip_reason(inv, op, target):
     """Why inv cannot run on target's op (it lacks the op, a dim argument, autograd (in any dtype;
-    in float64 for a law that needs float64), or another op the law needs, or runs where the law
+    in float64 for a law that needs float64), another op or an option the law needs, or runs where the law
     cannot: device_reason), or None when it can."""
     if not target.has(op):
         return f"target {target.name} has no {op}"
@@ -32,6 +32,8 @@ def skip_reason(inv, op, target):
                     f"autograd probe: {target.autograd_refused(op, (torch.float64,))})")
         if need.startswith("op:") and not target.has(need[3:]):
             return f"the law needs {need[3:]}, which target {target.name} does not offer"
-        if need.startswith("option:") and not target.accepts_option(op, need[7:]):
-            return f"the law needs the {need[7:]}= option, which {target.name}.{op} does not take"
+        if need == "option:any" and not target.offered(op):
+            return f"the law needs an option of {op} beyond {target.name}.{op}'s signature: it takes none"
+        if need.startswith("option:") and need != "option:any" and not target.offers(op, need[7:]):
+            return f"the law needs the option {need[7:]}=, which {target.name}.{op} does not take"
     return None

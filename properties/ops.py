@@ -93,19 +93,24 @@ class Target:
     def has(self, op_name: str) -> bool:
         return self.fn(op_name) is not None
 
+    def offers(self, op_name: str, option: str) -> bool:
+        """Whether the op's function takes the keyword option (a parameter of that name, or
+        **kwargs); a function without an inspectable signature is taken to."""
+        try:
+            params = inspect.signature(self.fn(op_name)).parameters
+        except (TypeError, ValueError):
+            return self.has(op_name)
+        return option in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+    def offered(self, op_name: str) -> tuple:
+        """The options of the op's OpSpec.offered that its function takes."""
+        return tuple(o for o in lookup(op_name).offered if self.offers(op_name, o)) if self.has(op_name) else ()
+
     def accepts_dim(self, op_name: str) -> bool:
         try:
             return "dim" in inspect.signature(self.fn(op_name)).parameters
         except (TypeError, ValueError):
             return False
-
-    def accepts_option(self, op_name: str, option: str) -> bool:
-        """The op's function takes the keyword option (by name, or through **kwargs)."""
-        try:
-            params = inspect.signature(self.fn(op_name)).parameters
-        except (TypeError, ValueError):
-            return False
-        return option in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
     def call(self, op_name: str, *tensors, **kw):
         return self.fn(op_name)(*tensors, **kw)

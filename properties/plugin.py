@@ -417,7 +417,7 @@ def _interpreter_header() -> list:
 
 @pytest.fixture(scope="session")
 def target(pytestconfig):
-    from .ops import Target
+    from .ops import OPS, Target
     t = Target(pytestconfig.getoption("target"))
     t.device = interpreter.device()
     b = getattr(t.module, "block_boundaries", None)
@@ -427,6 +427,7 @@ def target(pytestconfig):
         except TypeError:
             S.BOUNDARIES.values = tuple(b())
     S.TARGET.module = t.module  # for what a family's strategies read from it
+    S.OFFERED.values = {name: t.offered(name) for name in OPS}
     return t
 
 

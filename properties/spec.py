@@ -100,7 +100,11 @@ class OpSpec:
       **options)``: the plugin checks its signature before any test runs. optional: keyword
       options a target may lack (attention's causal, scale, window, softcap), passed only where a
       case uses them: a case using one the target's function does not take is discarded, and a
-      law that needs one (``needs=("option:NAME",)``) is skipped with that reason.
+      law that needs one (``needs=("option:NAME",)``) is skipped with that reason. offered:
+      keyword options a target may offer or not (cross-entropy's weight, z_loss, softcap,
+      logit_scale): discovered from its function's signature (Target.offers); cases draw
+      them only where the target offers them, and a law that needs one (``needs=("option:NAME",)``)
+      is skipped where it does not.
     Meaning
       oracle: the FP64 function the op computes (float64 tensors in, float64 out; options as
       keywords); what it gives is the FP64 truth. truth(case, args, strict=False) -> Truth: the
@@ -157,6 +161,7 @@ class OpSpec:
     torch_ref: Optional[Callable] = None
     options: tuple = ()
     optional: tuple = ()
+    offered: tuple = ()
 
     def __post_init__(self):
         if not self.name.isidentifier():

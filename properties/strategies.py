@@ -406,6 +406,17 @@ class _Target:
 TARGET = _Target()
 
 
+@dataclass
+class _Offered:
+    values: dict = None  # op name -> the options of its OpSpec.offered the target takes; None: all
+
+    def of(self, spec) -> tuple:
+        return tuple(spec.offered) if self.values is None else tuple(self.values.get(spec.name, ()))
+
+
+OFFERED = _Offered()  # the plugin sets values from the target's signatures (Target.offered)
+
+
 MANY_ROWS = "many_rows"  # a marker family: thousands of short rows (many_rows_cases)
 MASKED_CHUNKS = "masked_chunks"  # a marker family: rows past 2**k with whole -inf chunks (masked_chunks_input)
 

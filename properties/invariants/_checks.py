@@ -25,7 +25,7 @@ def run(target, op, *tensors, **kw):
     is discarded: the target does not offer that problem (laws that need the option say so in
     their skip reason)."""
     optional = getattr(OPS.get(op), "optional", ())
-    if optional and any(k in optional and not target.accepts_option(op, k) for k in kw):
+    if optional and any(k in optional and not target.offers(op, k) for k in kw):
         reject()
     try:
         return target.call(op, *tensors, **kw)

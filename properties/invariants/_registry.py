@@ -23,7 +23,8 @@ class Invariant:
     """A registered law. applies(spec) -> bool: the ops it checks (by their specs' attributes);
     needs: target capabilities ("dim": the function takes ``dim=``, "autograd": its output is
     differentiable in some dtype (Target.autograd_probe), "float64": with "autograd", differentiable
-    in float64, "op:NAME": a partner op the law calls, "cuda": the target runs on a CUDA
+    in float64, "op:NAME": a partner op the law calls, "option:NAME": a keyword option of the
+    op's OpSpec.offered that the target's function takes, "cuda": the target runs on a CUDA
     device); families: restrict the first input's
     logit family (or name a marker family of strategies: MANY_ROWS, MASKED_CHUNKS), None for all;
     max_cols: a cap on row length (for checks that cost O(D) evaluations per column);

@@ -37,7 +37,7 @@ def test_an_option_the_target_lacks_discards_the_case_and_skips_laws_that_need_i
     assert o.shape == (1, 1, 3, 4) and lse.shape == (1, 1, 3)
     none = Target(_module("no_options", attention=lambda q, k, v: _attn_base.attention(q, k, v)))
     assert skip_reason(law("mask_locality"), "attention", none) == \
-        f"the law needs the causal= option, which {none.name}.attention does not take"
+        f"the law needs the option causal=, which {none.name}.attention does not take"
     assert skip_reason(law("mask_locality"), "attention", t) is None
 
 

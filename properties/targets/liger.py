@@ -15,6 +15,9 @@ What liger-kernel offers of the suite's contract, and how each function calls it
   ``liger_kernel.transformers.functional.liger_cross_entropy`` on ``logits.reshape(-1, V)`` and
   ``target.reshape(-1)`` (liger takes (BT, V) and (BT,) only; the reshape is a view where the
   batch axes merge, as a caller would pass them). The loss has the logits' dtype.
+* the options ``weight``, ``z_loss`` (liger's ``lse_square_scale``) and ``softcap`` go to
+  ``liger_cross_entropy`` as its keywords of those names (``_ce_options``); liger has no logit
+  scale, so the logit_scale laws are skipped for it.
 * ``cross_entropy_backward(logits, target, dloss, ...)``: autograd through the same
   ``liger_cross_entropy``: forward on a float copy of the logits that requires grad, then
   ``torch.autograd.grad(loss, logits, dloss)`` (LigerCrossEntropyFunction.backward).
@@ -94,22 +97,34 @@ def _flat(logits, target):
     return logits.reshape(-1, V), target.reshape(-1)
 
 
-def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+def _ce_options(weight, z_loss, softcap) -> dict:
+    """The suite's cross-entropy options as liger_cross_entropy's keywords: ``weight`` (its class
+    weights, torch's (V,) tensor), ``z_loss`` as ``lse_square_scale`` (z lse^2 per counted row,
+    its mean over the count of counted rows), ``softcap`` (c tanh(x / c) first). liger has no
+    logit scale: the suite's logit_scale laws are skipped for it."""
+    return dict(weight=weight, lse_square_scale=float(z_loss), softcap=None if softcap is None else float(softcap))
+
+
+def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0, weight=None,
+                  z_loss=0.0, softcap=None):
     V, batch = ce_args(logits, target, reduction, label_smoothing)
     _check_ce_dtype(logits)
     x, t = _flat(logits, target)
     loss = _functional.liger_cross_entropy(x, t, ignore_index=ignore_index, reduction=reduction,
-                                           label_smoothing=float(label_smoothing))
+                                           label_smoothing=float(label_smoothing),
+                                           **_ce_options(weight, z_loss, softcap))
     return loss.reshape(batch) if reduction == "none" else loss
 
 
-def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                           weight=None, z_loss=0.0, softcap=None):
     V, batch = ce_args(logits, target, reduction, label_smoothing, dloss)
     _check_ce_dtype(logits)
     x, t = _flat(logits.detach(), target)
     x = x.clone().requires_grad_(True)  # liger writes the gradient into this buffer (its contract)
     loss = _functional.liger_cross_entropy(x, t, ignore_index=ignore_index, reduction=reduction,
-                                           label_smoothing=float(label_smoothing))
+                                           label_smoothing=float(label_smoothing),
+                                           **_ce_options(weight, z_loss, softcap))
     g = dloss.reshape(-1) if reduction == "none" else dloss
     (dx,) = torch.autograd.grad(loss, x, g)
     return dx.reshape(logits.shape)

@@ -16,7 +16,10 @@ with the reason) or a defect of the suite. Each function is what a user would wr
   (float64 for float64), the empty-state convention of flash / ring attention (an empty side,
   lse = -inf, weighs exactly 0; two empty sides give o = 0 and lse = -inf, softmax NaN).
 * ``cross_entropy``: ``torch.nn.functional.cross_entropy`` on the rows flattened to (N, V);
-  ``cross_entropy_backward``: autograd through it.
+  ``cross_entropy_backward``: autograd through it. The options: ``weight`` and
+  ``label_smoothing`` torch's own, ``logit_scale``, ``softcap`` and ``z_loss`` one line each
+  around it.
+* ``linear_cross_entropy``: ``F.linear`` then ``cross_entropy`` (the whole logits in memory).
 * ``attention``: what SDPA offers (``causal``, ``scale``, grouped heads; no window, no softcap),
   composed as a user writes it: ``softmax(q k^T scale) v`` in the input dtype (matmuls accumulate
   in float32 and round to 16 bits for 16-bit inputs), lse from ``torch.logsumexp`` of the scores
@@ -97,16 +100,35 @@ def attention_merge(o_a, lse_a, o_b, lse_b):
     return o.to(o_a.dtype), lse
 
 
-def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0, weight=None,
+                  z_loss=0.0, softcap=None, logit_scale=1.0):
+    """F.cross_entropy (weight and label_smoothing its own); logit_scale, softcap and z_loss one
+    line each around it, as a user composes them: the logits scaled, then capped, in their dtype;
+    the z-loss z lse^2 per counted row in float32 (float64 for float64), its mean over the count."""
     V = logits.shape[-1]
-    loss = F.cross_entropy(logits.reshape(-1, V), target.reshape(-1).long(), ignore_index=ignore_index,
-                           reduction=reduction, label_smoothing=float(label_smoothing))
+    if logit_scale != 1.0:
+        logits = logits * logit_scale
+    if softcap is not None:
+        logits = softcap * torch.tanh(logits / softcap)
+    x, t = logits.reshape(-1, V), target.reshape(-1).long()
+    w = None if weight is None else weight.to(logits.dtype)
+    loss = F.cross_entropy(x, t, weight=w, ignore_index=ignore_index, reduction=reduction,
+                           label_smoothing=float(label_smoothing))
+    if z_loss:
+        keep = t != ignore_index
+        # ignored rows' logits left out first, so that their gradient is 0 and not 0 * inf
+        xz = torch.where(keep[:, None], x.to(_lse_dtype(x.dtype)), 0.0)
+        zrow = torch.where(keep, z_loss * torch.logsumexp(xz, -1) ** 2, 0.0)
+        zred = zrow if reduction == "none" else zrow.sum() if reduction == "sum" else zrow.sum() / keep.sum()
+        loss = (loss.to(zred.dtype) + zred).to(logits.dtype)
     return loss.reshape(target.shape) if reduction == "none" else loss
 
 
-def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                           weight=None, z_loss=0.0, softcap=None, logit_scale=1.0):
     x = logits.detach().clone().requires_grad_(True)
-    loss = cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing)
+    loss = cross_entropy(x, target, ignore_index=ignore_index, reduction=reduction, label_smoothing=label_smoothing,
+                         weight=weight, z_loss=z_loss, softcap=softcap, logit_scale=logit_scale)
     (dx,) = torch.autograd.grad(loss, x, dloss.to(loss.dtype))
     return dx
 
@@ -148,3 +170,10 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None):
     with torch.enable_grad():
         out, _ = attention(q, k, v, causal=causal, scale=scale)
     return torch.autograd.grad(out, (q, k, v), do)
+
+
+def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index=-100, reduction="mean",
+                         label_smoothing=0.0, z_loss=0.0, softcap=None, logit_scale=1.0):
+    """The composition: F.linear (the whole logits in memory), then cross_entropy above."""
+    return cross_entropy(F.linear(hidden, weight, bias), target, ignore_index=ignore_index, reduction=reduction,
+                         label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap, logit_scale=logit_scale)

@@ -17,6 +17,7 @@ from softmax_properties import oracles
 from ...spec import OpSpec, register, t64
 from ...targets import torch as torch_target
 from . import strategies as S, truth
+from .case import OFFERED
 
 COMPOSES = ()
 
@@ -41,15 +42,17 @@ def _class_indices(x: torch.Tensor):
 
 
 # cross-entropy with class-index targets and keyword options (ignore_index, reduction,
-# label_smoothing); drawn as a CECase
+# label_smoothing; and where the target takes them weight, z_loss, softcap, logit_scale: OFFERED);
+# drawn as a CECase
 CE_OPTIONS = ("ignore_index", "reduction", "label_smoothing")
 register(OpSpec("cross_entropy", "cross_entropy", ("logits", "target"), oracles.ce.cross_entropy,
                 truth.cross_entropy_truth, S.ce_case, S.many_row_ce_case, differentiable=True,
                 grad_truth=truth.cross_entropy_grad_truth, sample=_class_indices, semantics=_ce_rows(False),
-                torch_ref=torch_target.cross_entropy, options=CE_OPTIONS))
+                torch_ref=torch_target.cross_entropy, options=CE_OPTIONS, offered=OFFERED))
 register(OpSpec("cross_entropy_backward", "cross_entropy", ("logits", "target", "dloss"),
                 oracles.ce.cross_entropy_backward, truth.cross_entropy_truth, S.ce_case, S.many_row_ce_case,
                 forward="cross_entropy", semantics=_ce_rows(True), torch_ref=torch_target.cross_entropy_backward,
-                options=CE_OPTIONS))
+                options=CE_OPTIONS, offered=OFFERED))
 
 from . import laws  # noqa: E402,F401  (the family's laws, registered after its ops)
+from . import linear  # noqa: E402,F401  (the fused linear cross-entropy: its op and laws)

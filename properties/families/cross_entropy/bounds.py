@@ -92,3 +92,99 @@ def ce_grad_row_sum_bound(tol, ref):
     of dx)."""
     return tol.sum(-1) + (ref.shape[-1] + 2) * 2.0**-53 * ref.abs().sum(-1)
 
+
+
+# ----------------------------------------------------------------------------------------------
+# the options (weight w, z_loss z, softcap c, logit_scale s): the loss sees y = c tanh(s x / c)
+# ----------------------------------------------------------------------------------------------
+def transformed_logit_error(u, x, softcap, logit_scale, y):
+    """|fl(y_j) - y_j| for y = c tanh(a), a = s x / c, formed at unit roundoff u (0 where no
+    option transforms the logits). a carries at most 3u |a| relative (the product s x, the
+    division by c, and its own rounding), which tanh maps to c sech^2(a) 3u |a| = 3u |s x|
+    sech^2(a); tanh itself errs by 4u |tanh a| relative plus 4u absolute (a formula through exp,
+    1 - 2 / (e^{2a} + 1), loses its relative accuracy near 0), times c: 4u (|y| + c); the product
+    by c adds u |y|. Without a softcap y = s x is one product: u |y|. A +-inf logit under a softcap
+    is y = +-c, and its error 9u c; under the scale alone it stays infinite (no error term)."""
+    if softcap is None:
+        return torch.where(torch.isfinite(y), u * y.abs(), 0.0) if logit_scale != 1.0 else torch.zeros_like(y)
+    c, s = float(softcap), float(logit_scale)
+    sx = x * s
+    sech2 = 1.0 / torch.cosh(sx / c) ** 2
+    lin = torch.where(torch.isfinite(sx), 3 * u * sx.abs() * sech2, 0.0)
+    return lin + 5 * u * y.abs() + 4 * u * c
+
+
+def transform_grad_error(u, x, softcap, logit_scale):
+    """|fl(J_j) - J_j| for J = dy/dx = s sech^2(s x / c) (s without a softcap, exact). The argument
+    a errs by 3u |a| relative (transformed_logit_error), which moves sech^2 by 2 sech^2 |tanh a|
+    3u |a| <= 6u |a| sech^2; cosh, its square and the quotient add 8u relative; formed as
+    1 - tanh^2 (autograd through tanh) the result errs by 5u absolute instead (tanh within
+    u + its rounding u, squared, subtracted from 1): the sum of both covers either; the product
+    by s adds u |J|."""
+    s = float(logit_scale)
+    if softcap is None:
+        return torch.zeros_like(x)
+    a = x * s / float(softcap)
+    sech2 = torch.where(torch.isfinite(a), 1.0 / torch.cosh(a) ** 2, 0.0)
+    a = torch.where(torch.isfinite(a), a.abs(), 0.0)
+    return abs(s) * (sech2 * (6 * u * a + 9 * u) + 5 * u)
+
+
+def ce_options_loss_bound(u, lse, lse_err, y, yt, dy, dyt, w, wt, eps, z, fin):
+    """Per-row loss with options, at unit roundoff u: (1 - eps) w_t (lse - y_t) + eps / V sum_j w_j
+    (lse - y_j) + z lse^2 (w = 1 without weights), the terms of y = transform(x) each off by at
+    most dy_j from the exact y_j (transformed_logit_error). lse is 1-Lipschitz in the max norm,
+    so the error of y moves it by at most D = max_j dy_j (exactly, not to first order); with its
+    own error lse_err (ce_lse_error at the y) it is within L = D + lse_err. Each difference
+    lse - y_j is then within L + dy_j + 2u (|lse| + |y_j|) (its rounding and that of lse); the
+    weights are exact, and their products and the two scales (1 - eps, eps / V) add 3u relative
+    to each term; the sum over the classes of the smoothing term adds (depth + 1) u of its terms'
+    magnitudes (depth <= V); the z term z lse^2 errs by z (2 |lse| L + L^2) + 3u z lse^2; the final
+    additions u |loss|."""
+    V = y.shape[-1]
+    D = torch.where(fin, torch.where(torch.isfinite(y), dy, 0.0).amax(-1) if V else 0.0, 0.0)
+    L = D + lse_err
+    yf = torch.where(torch.isfinite(y), y, 0.0)
+    nll = (1 - eps) * wt.abs() * (L + dyt + 2 * u * (lse.abs() + yt.abs()) + 3 * u * (lse - yt).abs())
+    out = nll
+    if eps > 0:
+        terms = w.abs() * (L[..., None] + dy + 2 * u * (lse.abs()[..., None] + yf.abs())
+                           + (3 + V + 1) * u * (lse[..., None] - yf).abs())
+        out = out + eps / V * terms.sum(-1)
+    if z:
+        out = out + z * (2 * lse.abs() * L + L * L) + 3 * u * z * lse * lse
+    total = (1 - eps) * wt.abs() * (lse - yt).abs() + z * lse * lse
+    if eps > 0:
+        total = total + eps / V * (w.abs() * (lse[..., None] - yf).abs()).sum(-1)
+    return out + 2 * u * total
+
+
+def ce_options_grad_bound(u, p, y, lse, lse_err, dy, J, dJ, w, wt, eps, z, sc, zsc, is_t, d):
+    """dx_j = J_j gy_j, gy_j = sc ((1 - eps) w_t (p_j - [j = t]) + eps / V (sum(w) p_j - w_j))
+    + zsc 2 z lse p_j (w = 1 without weights; sc, zsc the rows' scales of the two terms, dloss or
+    dloss over the mean's divisors), at unit roundoff u. p_j = exp(y_j - lse) is formed from y
+    off by dy_j and lse off by L = max dy + lse_err (ce_options_loss_bound), plus the
+    subtraction's u |y_j - lse| (d) and exp's 4u: p_j moves by at most
+    p_j expm1(dy_j + L + u d_j + 4u) (exactly, not to first order). That times the factors of
+    p_j (|sc| ((1 - eps) |w_t| + eps / V sum |w|) + 2 z |zsc lse|), plus 2 z |zsc| p_j L for the
+    lse factor, plus 6u of the terms' magnitudes for their products, sums and the scales'
+    roundings, is the error of gy, E; then |J| E + |gy| dJ + E dJ (dJ: transform_grad_error)."""
+    ep = torch.where(p > 0, p * torch.expm1(dy + L_of(dy, lse_err)[..., None] + u * d + 4 * u), 0.0)
+    V = p.shape[-1]
+    wsum = w.abs().sum(-1, keepdim=True) if w.ndim else w.abs() * V
+    coef = sc.abs()[..., None] * ((1 - eps) * wt.abs()[..., None] + eps / V * wsum) + 2 * z * (zsc * lse).abs()[..., None]
+    L = L_of(dy, lse_err)[..., None]
+    mag = (sc.abs()[..., None] * ((1 - eps) * wt.abs()[..., None] * (p + is_t) + eps / V * (wsum * p + w.abs()))
+           + 2 * z * (zsc * lse).abs()[..., None] * p)
+    E = coef * ep + 6 * u * mag
+    if z:
+        E = E + 2 * z * zsc.abs()[..., None] * (p + ep) * L
+    # 0 times an infinite E (a row whose lse rounds by more than 1) is no error: J = 0 or dJ = 0
+    return torch.where(J != 0, J.abs() * E, 0.0) + mag * dJ + torch.where(dJ > 0, E * dJ, 0.0)
+
+
+def L_of(dy, lse_err):
+    """The error of a row's lse: lse_err (at the y) + max_j dy_j (the y's errors, lse being
+    1-Lipschitz in the max norm)."""
+    D = torch.where(torch.isfinite(dy), dy, 0.0).amax(-1) if dy.shape[-1] else torch.zeros(dy.shape[:-1])
+    return D + lse_err

@@ -5,12 +5,21 @@ from dataclasses import dataclass
 
 import torch
 
+from ... import interpreter
 from ...case import OpCase, preamble, values_code
+
+# the options beyond torch's (OpSpec.offered), each off at its default: a case passes only those on
+OFFERED = ("weight", "z_loss", "softcap", "logit_scale")
 
 
 def ce_batch(inp) -> tuple:
     lay = inp.layout
     return ((lay.k,) if lay.kind == "expanded" else ()) + tuple(inp.batch)
+
+
+class _Code(str):
+    def __repr__(self):
+        return str(self)
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,11 @@ class CECase(OpCase):
     reduction: str
     label_smoothing: float
     dloss: object = None  # strategies.DLoss (backward only)
+    # class weights: a pattern repeated over the V classes (values exact in every float dtype), None: off
+    weight: tuple = None
+    z_loss: float = 0.0
+    softcap: float = None
+    logit_scale: float = 1.0
 
     @property
     def dtype_name(self) -> str:
@@ -40,11 +54,42 @@ class CECase(OpCase):
     def loss_shape(self):
         return self.batch if self.reduction == "none" else ()
 
+    def options(self) -> dict:
+        """The options beyond torch's that are on (the weights as their values), {} for none."""
+        on = dict(weight=self.weight, z_loss=self.z_loss, softcap=self.softcap, logit_scale=self.logit_scale)
+        off = dict(weight=None, z_loss=0.0, softcap=None, logit_scale=1.0)
+        return {k: v for k, v in on.items() if v != off[k]}
+
+    def weight_tensor(self, device=None, dtype=torch.float32):
+        if self.weight is None:
+            return None
+        return torch.tensor(self.weight, dtype=dtype, device=device or interpreter.device()).repeat(self._reps())[:self.V]
+
+    @property
+    def V(self) -> int:
+        return self.logits.logits.cols
+
+    def _reps(self) -> int:
+        return -(-self.V // len(self.weight))
+
+    def oracle_options(self, device="cpu") -> dict:
+        """The options as the FP64 oracle takes them (weights in float64)."""
+        return dict(weight=self.weight_tensor(device, torch.float64), z_loss=self.z_loss, softcap=self.softcap,
+                    logit_scale=self.logit_scale)
+
     def kwargs(self) -> dict:
-        return dict(ignore_index=self.ignore_index, reduction=self.reduction, label_smoothing=self.label_smoothing)
+        kw = dict(ignore_index=self.ignore_index, reduction=self.reduction, label_smoothing=self.label_smoothing)
+        opts = self.options()
+        if "weight" in opts:
+            opts["weight"] = self.weight_tensor()
+        return {**kw, **opts}
 
     def kwargs_code(self) -> str:
-        return ", ".join(f"{k}={v!r}" for k, v in self.kwargs().items())
+        kw = self.kwargs()
+        if "weight" in kw:
+            kw["weight"] = _Code(f"torch.tensor({list(self.weight)!r}, dtype=torch.float32, device=device)"
+                                 f".repeat({self._reps()})[:{self.V}]")
+        return ", ".join(f"{k}={v!r}" for k, v in kw.items())
 
     def tensors(self, device="cpu") -> list:
         """Fresh (logits, target[, dloss]), laid out as drawn."""

@@ -4,6 +4,7 @@ backward the cotangent dloss). Every target call passes the case's keyword optio
 (ignore_index, reduction, label_smoothing)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -20,7 +21,7 @@ from ...truth import truth_at
 from ...invariants._checks import assert_bitwise, assert_close, check_oracle, finite_rows, op_call, run, worst
 from ...invariants._registry import fail, invariant
 from . import bounds as B
-from .strategies import OUT_OF_RANGE
+from .strategies import CE_OPTIONS, OUT_OF_RANGE
 from .truth import ce_default_mask, ce_truth
 
 
@@ -48,6 +49,18 @@ def ce_matches_oracle(case, target, strict=False):
     order, on the outputs ce_default_mask covers; strict (ce_matches_oracle_strict): the bound at
     the project's reduction depth on every output (an exactly zero gradient on ignored rows
     holding NaN / inf; an overflow-free mean)."""
+    check_oracle(case, target, strict=strict)
+
+
+@invariant(cross_entropy, needs=("option:any",), families=(CE_OPTIONS,), strict="ce_options_match_oracle_strict")
+def ce_options_match_oracle(case, target, strict=False):
+    """With the options the target takes (weight, z_loss, softcap, logit_scale; drawn together
+    with ignore_index, reduction and label_smoothing, at least one on), the loss and the gradient
+    equal the FP64 oracle (oracles/cross_entropy.py) within truth.ce_options_truth's bound: the
+    options' own errors (the transformed logits', the weights' products, the z term's, the
+    mean's divisors; bounds.ce_options_loss_bound, ce_options_grad_bound) added to the
+    cross-entropy's. default: on the outputs ce_options_mask covers; strict: every output, the
+    logits transformed at the compute precision."""
     check_oracle(case, target, strict=strict)
 
 
@@ -316,3 +329,198 @@ def ce_out_of_range_target_raises(case, target, strict=False):
     fail(case, target,
          f"an out-of-range target returned a result instead of raising: {out if out.numel() <= 4 else out.shape}",
          kind=WrongOutput)
+
+
+# ----------------------------------------------------------------------------------------------
+# the options (weight, z_loss, softcap, logit_scale): laws that tell each one's bug from a legal
+# difference, on cases drawn with the option on (families=("ce_options:NAME",)); every bound is
+# the oracle bound of the calls compared (truth.ce_options_truth), added
+# ----------------------------------------------------------------------------------------------
+# the option laws' rows (each example calls the target two to four times): the kernels' block
+# boundaries up to 256 columns, +-1; longer rows with the options are ce_options_match_oracle's
+OPTION_LAW_COLS = 256
+
+
+def _truth(case, args):
+    ref, tol = ce_truth(case, args)
+    return ref, torch.nan_to_num(tol, nan=0.0)
+
+
+def _judged(case, args, ref):
+    """The outputs both calls' default truths judge (ce_options_mask, or the plain one)."""
+    from .truth import ce_options_mask
+    only = ce_options_mask(case, args, ref.shape) if case.options() else ce_default_mask(case, args, ref.shape)
+    return torch.ones(ref.shape, dtype=torch.bool) if only is None else only
+
+
+@invariant(cross_entropy, needs=("option:z_loss",), families=(CE_OPTIONS + ":z_loss",), max_cols=OPTION_LAW_COLS)
+def ce_z_loss_term(case, target):
+    """z-loss adds z lse^2 per counted row, unweighted: loss(z) - loss(0) equals the FP64 z term
+    reduced as the loss (the mean over the count of counted rows, whatever the weights), and the
+    gradient gains 2 z lse softmax(y) times the term's scale and dy/dx. Bound: the two calls'
+    oracle bounds (ce_options_truth) plus one rounding of the difference (tolerances.agree); on
+    the outputs both truths judge and where the rows are finite."""
+    args = case.tensors(target.device)
+    off = dataclasses.replace(case, z_loss=0.0)
+    with_z = op_call(case, target, *args).double()
+    without = op_call(off, target, *args, z_loss=0.0).double()
+    x64, t = args[0].detach().double(), args[1]
+    o = case.oracle_options()
+    if case.spec.is_vjp:
+        full = oracles.ce.cross_entropy_backward(x64, t, args[2], case.ignore_index, case.reduction,
+                                                 case.label_smoothing, **o)
+        base = oracles.ce.cross_entropy_backward(x64, t, args[2], case.ignore_index, case.reduction,
+                                                 case.label_smoothing, **{**o, "z_loss": 0.0})
+        term = full - base
+    else:
+        _, term = oracles.ce.cross_entropy(x64, t, case.ignore_index, case.reduction, case.label_smoothing,
+                                           return_z_loss=True, **o)
+    _, tz = _truth(case, args)
+    _, t0 = _truth(off, args)
+    diff = with_z - without
+    tol = agree(tz, t0, formed=diff.abs().nan_to_num(0.0, posinf=0.0), dtype=case.dtype)
+    only = _judged(case, args, term) & _judged(off, args, term) & torch.isfinite(term) & torch.isfinite(diff)
+    only = only & torch.isfinite(with_z) & torch.isfinite(without)
+    assume(bool(only.any()))
+    assert_close(case, target, diff, term, tol, "loss(z) - loss(0) != the z term" if not case.spec.is_vjp
+                 else "gradient(z) - gradient(0) != 2 z lse softmax", f"{case.call_code()}\nwith_z = out\n"
+                 f"{off.call_code()}\nout = with_z - out  # vs the FP64 z term", only=only)
+
+
+@invariant(cross_entropy, needs=("option:softcap",), families=(CE_OPTIONS + ":softcap",), max_cols=OPTION_LAW_COLS)
+def ce_softcap_is_capped_logits(case, target):
+    """softcap c: the loss is the plain cross-entropy of y = c tanh(s x / c), and the gradient is
+    its gradient at y times dy/dx = s (1 - tanh^2(s x / c)) (a backward that forgets tanh' returns
+    the gradient at y alone). The law forms y and dy/dx in FP64 itself, from torch.tanh and
+    torch.cosh, and holds the target to the FP64 plain cross-entropy at y (times dy/dx), other
+    options as the case has them; bound: the oracle bound (ce_options_truth), on the outputs it
+    judges."""
+    args = case.tensors(target.device)
+    out = op_call(case, target, *args).double()
+    x64, t = args[0].detach().double(), args[1]
+    c, s = float(case.softcap), float(case.logit_scale)
+    y = c * torch.tanh(x64 * s / c)
+    o = {**case.oracle_options(), "softcap": None, "logit_scale": 1.0}
+    if case.spec.is_vjp:
+        dydx = s / torch.cosh(x64 * s / c) ** 2
+        ref = oracles.ce.cross_entropy_backward(y, t, args[2], case.ignore_index, case.reduction,
+                                                case.label_smoothing, **o) * dydx
+    else:
+        ref = oracles.ce.cross_entropy(y, t, case.ignore_index, case.reduction, case.label_smoothing, **o)
+    _, tol = _truth(case, args)
+    only = _judged(case, args, ref)
+    assert_close(case, target, out, ref, tol, "softcap: not the cross-entropy of c tanh(x / c)"
+                 + (" times its derivative" if case.spec.is_vjp else ""), only=only)
+
+
+def _pow2_scale(s: float) -> float:
+    """The power of two (with s's sign) nearest s in the log; 2 for s = 0."""
+    if s == 0:
+        return 2.0
+    return math.copysign(2.0 ** round(math.log2(abs(s))), s)
+
+
+@invariant(cross_entropy, needs=("option:logit_scale",), families=(CE_OPTIONS + ":logit_scale",), max_cols=OPTION_LAW_COLS)
+def ce_logit_scale_is_scaled_logits(case, target):
+    """logit_scale s: CE(x, logit_scale=s) equals the target's own CE(s x) without the scale, and
+    the gradient equals s times the gradient at s x (the chain rule's factor, which a backward that
+    forgets it drops). The law takes s a power of two (the case's, rounded in the log), so that s x
+    is exact in the logits' dtype (rows where it over- or underflows are left out: assume). Bound:
+    the two calls' oracle bounds (the second's times |s|: tolerances.agree)."""
+    args = case.tensors(target.device)
+    s = _pow2_scale(case.logit_scale)
+    scaled = dataclasses.replace(case, logit_scale=s)
+    x = args[0]
+    xs = x * s
+    fx = x.detach().double()
+    tiny = torch.finfo(case.dtype).tiny
+    exact = ~torch.isfinite(fx) | (fx == 0) | (((fx * s).abs() >= tiny) & ((fx * s).abs() <= torch.finfo(case.dtype).max))
+    assume(bool(exact.all()))
+    plain = dataclasses.replace(case, logit_scale=1.0)
+    out = op_call(scaled, target, *args, logit_scale=s).double()
+    other = list(args)
+    other[0] = xs
+    ref_out = op_call(plain, target, *other, logit_scale=1.0).double()
+    _, ta = _truth(scaled, args)
+    _, tb = _truth(plain, other)
+    if case.spec.is_vjp:
+        ref_out = ref_out * s
+        tol = agree(ta, tb, scale=s)
+    else:
+        tol = agree(ta, tb)
+    only = _judged(scaled, args, ta) & _judged(plain, other, ta)
+    assert_close(scaled, target, out, ref_out, tol, "logit_scale=s != the same call on s * logits"
+                 + (" (times s)" if case.spec.is_vjp else ""),
+                 f"{scaled.call_code()}\nfirst = out\nlogits = logits * {s!r}\n"
+                 f"{plain.call_code()}\nout = first, out  # the second times s for the gradient", only=only)
+
+
+@invariant(loss, needs=("option:weight",), families=(CE_OPTIONS + ":weight",), max_cols=OPTION_LAW_COLS)
+def ce_unit_weights_equal_unweighted(case, target):
+    """weight = ones(V) is no weight: the loss with unit weights equals the loss without (the
+    mean's divisor, sum w[t], is then the count). Bound: the two calls' oracle bounds (agree)."""
+    args = case.tensors(target.device)
+    ones = dataclasses.replace(case, weight=(1.0,))
+    none = dataclasses.replace(case, weight=None)
+    a = op_call(ones, target, *args, weight=ones.weight_tensor(target.device)).double()
+    kw = {} if none.options() else {"weight": None}
+    b = op_call(none, target, *args, **kw).double()
+    _, ta = _truth(ones, args)
+    _, tb = _truth(none, args)
+    only = _judged(ones, args, ta) & _judged(none, args, ta)
+    assert_close(ones, target, a, b, agree(ta, tb), "unit weights != no weights",
+                 f"{ones.call_code()}\nfirst = out\n{none.call_code()}\nout = first, out", only=only)
+
+
+def _weighted_sum(case, target, args, **kw):
+    return op_call(case, target, *args, reduction="sum", **kw).double()
+
+
+@invariant(loss, needs=("option:weight",), families=(CE_OPTIONS + ":weight",), max_cols=OPTION_LAW_COLS)
+def ce_weighted_mean_divides_by_weight_sum(case, target):
+    """With weights, reduction="mean" is the weighted sum over the sum of w[t] of the counted rows
+    (torch's semantics; not over their count): mean * sum w[t] == sum (the target's own sum,
+    without z-loss, whose mean is over the count). Bound: bounds.ce_mean_count_bound with
+    sum w[t] for the count; NaN where sum w[t] is 0."""
+    case = dataclasses.replace(case, z_loss=0.0)
+    args = case.tensors(target.device)
+    x, t = args
+    mean = op_call(case, target, x, t, reduction="mean").double()
+    total = _weighted_sum(case, target, args)
+    dw, _ = oracles.ce.divisors(t, case.ignore_index, case.weight_tensor(t.device, torch.float64))
+    dw = float(dw)
+    mean_case = dataclasses.replace(case, reduction="mean")
+    call = f"{mean_case.call_code()}\nout = out.double() * {dw!r}  # vs the same call with reduction='sum'"
+    if dw == 0:
+        if not bool(torch.isnan(mean)):
+            fail(case, target, "weighted mean where sum w[t] = 0 is not NaN", (), math.nan, mean, call=call)
+        return
+    _, ts = _truth(dataclasses.replace(case, reduction="sum"), args)
+    _, tm = _truth(dataclasses.replace(case, reduction="mean"), args)
+    judged = _judged(dataclasses.replace(case, reduction="mean"), args, tm) & _judged(
+        dataclasses.replace(case, reduction="sum"), args, ts)
+    assume(bool(judged.all()) and bool(torch.isfinite(total)))
+    scale = 1.0
+    tol = B.ce_mean_count_bound(tm, ts, dw, scale, mean * dw)
+    assert_close(case, target, mean * dw, total, tol, "weighted mean * sum w[t] != weighted sum", call)
+
+
+@invariant(loss, needs=("option:weight",), families=(CE_OPTIONS + ":weight",), max_cols=OPTION_LAW_COLS)
+def ce_weight_scale_free(case, target):
+    """Weights scaled by a power of two 2^k leave the mean unchanged (numerator and divisor scale
+    alike, exactly), and scale the sum and each row by 2^k. Bound: the two calls' oracle bounds
+    (agree, the second at scale 2^k), on the outputs both judge."""
+    assume(case.weight is not None and any(v != 0 for v in case.weight))
+    assume(case.reduction == "mean" or not case.z_loss)  # the z term is unweighted: no common factor
+    k = 4.0 if case.reduction == "mean" else 2.0
+    args = case.tensors(target.device)
+    big = dataclasses.replace(case, weight=tuple(v * k for v in case.weight))
+    a = op_call(big, target, *args).double()
+    b = op_call(case, target, *args).double()
+    _, ta = _truth(big, args)
+    _, tb = _truth(case, args)
+    f = 1.0 if case.reduction == "mean" else k
+    only = _judged(big, args, ta) & _judged(case, args, tb)
+    assert_close(big, target, a, f * b, agree(ta, tb, scale=f), f"weights times {k} changed the "
+                 + ("mean" if f == 1.0 else f"loss by other than {k}x"),
+                 f"{big.call_code()}\nfirst = out\n{case.call_code()}\nout = first, out", only=only)

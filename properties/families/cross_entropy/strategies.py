@@ -12,6 +12,8 @@ from ...strategies import (BOUNDARIES, FAMILIES, MANY_ROW_COLS, Input, Layout, L
                            flat_layouts, inputs, many_row_logits, many_rows_count, rarely, row_lengths,
                            special_lengths)
 from ...snippets import built
+from ...spec import lookup
+from ...strategies import OFFERED
 from .case import CECase
 
 
@@ -32,6 +34,50 @@ REDUCTIONS = ("mean", "none", "sum")
 CONFIDENT = "confident"  # a CE-only family: each row's target logit far above the rest (see below)
 OUT_OF_RANGE = "out_of_range_target"  # a CE-only marker: one target outside [0, V)
 CONFIDENT_MAX_V = 16384
+# a marker family: the case draws the options of OpSpec.offered that the target takes, at least
+# one of them on; "ce_options:NAME" also holds that one on (a law about it)
+CE_OPTIONS = "ce_options"
+WEIGHT_VALUES = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)  # exact in float16 and bfloat16 too
+
+
+def option_focus(families) -> tuple:
+    """(whether the families name CE_OPTIONS, the options they hold on)."""
+    fams = families or ()
+    on = tuple(f.split(":", 1)[1] for f in fams if f.startswith(CE_OPTIONS + ":"))
+    return bool(on) or CE_OPTIONS in fams, on
+
+
+@st.composite
+def ce_option_values(draw, offered, on=()):
+    """{option: value} for the options of `offered` (each on about half the time; those of `on`
+    always; at least one), each a float32 value: z_loss from 1e-4 to 2, softcap from a quarter
+    (every moderate logit saturates) to 64, logit_scale in [-8, 8] (negative and 0 included), class weights a
+    pattern of WEIGHT_VALUES repeated over the classes (all ones, all zeros, zeros on some
+    targets and on the ignored class among them)."""
+    names = [o for o in offered if o in on or draw(st.booleans(), label=f"{o}_on")]
+    if not names and offered:
+        names = [offered[draw(st.integers(0, len(offered) - 1), label="option")]]
+    out = {}
+    for o in names:
+        if o == "z_loss":
+            out[o] = draw(st.one_of(st.sampled_from([1e-4, 1e-2, 0.5]), st.floats(0.0, 2.0, width=32)), label=o)
+        elif o == "softcap":
+            out[o] = draw(st.one_of(st.sampled_from([0.25, 2.0, 15.0, 30.0]), st.floats(0.25, 64.0, width=32)), label=o)
+        elif o == "logit_scale":
+            # float32 values (a kernel holds s in float32), none below 2**-20 in magnitude but 0
+            # (a float32 subnormal is 0 to a kernel that flushes them, and 0 * -inf is NaN)
+            mag = st.one_of(st.just(0.0), st.floats(2.0**-20, 8.0, width=32))
+            out[o] = draw(st.one_of(st.sampled_from([0.5, 2.0, -1.0]), st.tuples(mag, st.booleans()).map(
+                lambda a: -a[0] if a[1] else a[0])), label=o)
+        elif o == "weight":
+            kind = draw(st.sampled_from(["ones", "pattern", "pattern", "zeros"]), label="weight_kind")
+            if kind == "ones":
+                out[o] = (1.0,)
+            elif kind == "zeros":
+                out[o] = (0.0,)
+            else:
+                out[o] = tuple(draw(st.lists(st.sampled_from(WEIGHT_VALUES), min_size=1, max_size=5), label="weights"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -214,6 +260,9 @@ def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False, 
             targets = draw(ce_target_pattern(n, cols, ignore_index), label="target")
         dl = draw(dlosses(reduction), label="dloss") if op_name == "cross_entropy_backward" else None
         return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl)
+    with_options, focus = option_focus(families)
+    if with_options:
+        families = tuple(f for f in families if not f.startswith(CE_OPTIONS)) or None
     families = families or FAMILIES
     confident = CONFIDENT in families
     invalid_target = invalid_target or OUT_OF_RANGE in families
@@ -241,4 +290,5 @@ def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False, 
     if confident:
         inp = Input(_confident_logits(draw, rows, cols, dtype, targets), inp.batch, inp.layout)
     dl = draw(dlosses(reduction), label="dloss") if op_name == "cross_entropy_backward" else None
-    return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl)
+    opts = draw(ce_option_values(OFFERED.of(lookup(op_name)), focus), label="ce_options") if with_options else {}
+    return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl, **opts)

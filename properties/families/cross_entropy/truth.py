@@ -31,6 +31,8 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.
     x, t = args[0], args[1]
     red = case.reduction if reduction is None else reduction
     eps = case.label_smoothing if label_smoothing is None else label_smoothing
+    if case.options():
+        return ce_options_truth(case, args, red, eps, depth, strict)
     ign_idx = case.ignore_index
     x64 = x.detach().double()
     V = x64.shape[-1]
@@ -94,6 +96,120 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.
             eps_g = eps_g + dg + y * dg.sum(-1, keepdim=True)
         if red == "mean" and case.dtype in (torch.float16, torch.bfloat16):
             eps_g = eps_g + _rounded_mean_scale(case.dtype, dl, (~ign).sum(), g0, hot, y, eps)
+    eps_g = torch.where(ign[..., None], 0.0, eps_g)
+    return ref, tolerances.total_tolerance(eps_g, ref, case.dtype, case.dtype)
+
+
+def _u16(dtype, strict):
+    """The unit roundoff at which the default tier lets the transformed logits, the products by
+    the weights and the backward's intermediates be formed: the logits' dtype for 16-bit logits
+    (torch's composition rounds c tanh(x / c), s x and its autograd intermediates to it), else
+    the compute precision; strict: the compute precision (the project's kernels form them in
+    float32, float64 for float64)."""
+    u_c = tolerances.TABLE[dtype].u_c
+    if strict or dtype not in (torch.float16, torch.bfloat16):
+        return u_c
+    return max(u_c, 2.0 ** -tolerances.TABLE[dtype].precision)
+
+
+def ce_options_truth(case, args, red, eps, depth, strict):
+    """ce_truth for a case with options (weight, z_loss, softcap, logit_scale): the FP64 oracle
+    with them, and the bound of bounds.ce_options_loss_bound / ce_options_grad_bound at the
+    transformed logits y, at the compute precision and at the oracle's (as ce_truth's), y formed
+    at _u16's precision. The mean divides the cross-entropy terms by sum w[t] and the z terms by
+    the count (oracles.ce.divisors): each part's bound is divided by its divisor, plus the
+    divisor's own error times the part (the weights are exact; their sum over n rows is exact in
+    float32 for the drawn values, multiples of 1/4 summing below 2**21; 16-bit default: one
+    rounding of it to the dtype, torch's total_weight). Default tier, 16-bit logits: the
+    log-probabilities rounded to the dtype (_rounded_log_probs at y, times the largest weight)
+    and the weighted products rounded (2 ulps of each row's terms), the reduced result formed
+    through the dtype (2 ulps of it), the backward's scale rounded (3 ulps of the gradient, as
+    _rounded_mean_scale) and the smoothed cotangents (ce_truth's)."""
+    x, t = args[0], args[1]
+    opts = case.oracle_options(x.device)
+    w0, z, c, s = opts["weight"], float(opts["z_loss"]), opts["softcap"], float(opts["logit_scale"])
+    ign_idx = case.ignore_index
+    x64 = x.detach().double()
+    y = oracles.ce.transform(x64, c, s)
+    V = y.shape[-1]
+    dep = depth(V)
+    m, fin, d, e, ssum = oracles.row_stats(y)
+    p = torch.where(fin[..., None], e / ssum[..., None], 0.0)
+    H = torch.where(p > 0, p * d.abs(), 0.0).sum(-1)
+    logs = torch.where(fin, torch.log(ssum), 0.0)
+    lse = torch.where(fin, m + logs, 0.0)
+    ign = t == ign_idx
+    tc = torch.where(ign, 0, t).clamp(0, max(V - 1, 0)).long()
+    w = w0 if w0 is not None else torch.ones(V, dtype=torch.float64, device=x64.device)
+    wt = torch.where(ign, 0.0, w[tc]) if V else torch.zeros(t.shape, dtype=torch.float64)
+    yt = torch.gather(y, -1, tc[..., None])[..., 0] if V else torch.zeros(t.shape, dtype=torch.float64)
+    yt = torch.where(torch.isfinite(yt), yt, 0.0)
+    uy = _u16(case.dtype, strict)
+    dy = B.transformed_logit_error(uy, x64, c, s, y)
+    dyt = torch.gather(dy, -1, tc[..., None])[..., 0] if V else torch.zeros(t.shape, dtype=torch.float64)
+    units = (tolerances.TABLE[case.dtype].u_c, tolerances.U_ORACLE)
+    lse_err = tuple(B.ce_lse_error(u, lse, H, dep, logs) for u in units)
+    sixteen = not strict and case.dtype in (torch.float16, torch.bfloat16)
+    if not case.spec.is_vjp:
+        ref = oracles.ce.cross_entropy(x64, t, ign_idx, red, eps, **opts)
+        ce_rows, z_rows = oracles.ce.loss_parts(x64, t, ign_idx, eps, **opts)
+        z_rows = torch.zeros_like(ce_rows) if z_rows is None else z_rows
+        row_eps = sum(B.ce_options_loss_bound(u, lse, le, y, yt, dy if u != tolerances.U_ORACLE else 0 * dy,
+                                              dyt if u != tolerances.U_ORACLE else 0 * dyt, w, wt, eps, z, fin)
+                      for u, le in zip(units, lse_err))
+        if sixteen:
+            W = torch.maximum(wt.abs(), w.abs().amax() if V else torch.zeros(()))
+            row_eps = row_eps + W * _rounded_log_probs(case.dtype, y, lse, yt, eps, red)
+            ulp2 = 2 * tolerances.ulp(torch.nan_to_num(ce_rows.abs(), posinf=0.0), case.dtype)
+            row_eps = row_eps + ulp2
+        row_eps = torch.where(ign, 0.0, row_eps)
+        n_rows = x64[..., 0].numel() if V else t.numel()
+        u_rows = None if strict else tolerances.TABLE[case.dtype].u_c * tolerances.depth_any(n_rows)
+        rel = (n_rows + 1) * tolerances.U_ORACLE + (0.0 if u_rows is None else u_rows)
+        fin_abs = lambda r: torch.where(torch.isfinite(r), r.abs(), 0.0)  # noqa: E731
+        if red == "none":
+            eps_out = row_eps
+        elif red == "sum":
+            eps_out = row_eps.sum() + rel * (fin_abs(ce_rows).sum() + fin_abs(z_rows).sum())
+        else:
+            dw, count = oracles.ce.divisors(t, ign_idx, w0)
+            dw_err = (tolerances.ulp(dw.abs(), case.dtype) / 2 if sixteen else 0.0)
+            # the row bounds hold each row's whole error, the cross-entropy term's over sum w[t] and
+            # the z term's over the count: at most sum_i row_eps_i max(1 / |sum w[t]|, 1 / count)
+            inv = torch.maximum(1 / dw.abs(), 1 / count)
+            ce_part = ce_rows.sum() / dw
+            eps_out = torch.nan_to_num(row_eps.sum() * inv + rel * fin_abs(ce_rows).sum() / dw.abs()
+                                       + rel * fin_abs(z_rows).sum() / count + fin_abs(ce_part) * dw_err / dw.abs(),
+                                       nan=math.inf)
+        if sixteen and red != "none":
+            eps_out = eps_out + 2 * tolerances.ulp(torch.nan_to_num(ref.abs(), posinf=0.0), case.dtype)
+        return ref, tolerances.total_tolerance(eps_out, ref, case.dtype, case.dtype)
+    dl = args[2]
+    ref = oracles.ce.cross_entropy_backward(x64, t, dl, ign_idx, red, eps, **opts)
+    sc = oracles.ce.grad_scale(t, dl, ign_idx, red, w0)
+    zsc = oracles.ce.grad_scale(t, dl, ign_idx, red, w0, for_z=True)
+    sc = torch.nan_to_num(sc, nan=0.0)  # a NaN mean (zero total weight) is NaN in ref: judged as NaN
+    hot = torch.zeros_like(p).scatter_(-1, tc[..., None], 1.0) if V else p
+    J = oracles.ce.transform_grad(x64, c, s)
+    dxy = torch.where(p > 0, (y - lse[..., None]).abs(), 0.0)
+    eps_g = 0.0
+    for u, le in zip(units, lse_err):
+        yerr = dy if u != tolerances.U_ORACLE else 0 * dy
+        dJ = B.transform_grad_error(uy if u != tolerances.U_ORACLE else u, x64, c, s)
+        eps_g = eps_g + B.ce_options_grad_bound(u, p, y, lse, le, yerr, J, dJ, w, wt, eps, z, sc, zsc, hot, dxy)
+    if sixteen:
+        u16 = 2.0 ** -tolerances.TABLE[case.dtype].precision
+        eta = 0.5 * float(tolerances.ulp(torch.zeros(()), case.dtype))
+        gy = ref.abs() / J.abs().clamp_min(1e-300)
+        W = torch.maximum(wt.abs(), w.abs().amax() if V else torch.zeros(()))[..., None]
+        # log-probabilities rounded to the dtype move p by p expm1(u16 |y - lse|) (ce_truth's)
+        rnd = W * p * torch.expm1(u16 * dxy) * sc.abs()[..., None]
+        eps_g = eps_g + J.abs() * (torch.nan_to_num(rnd, nan=0.0) + 3 * u16 * torch.nan_to_num(gy, posinf=0.0)
+                                   + 3 * eta * W)
+        if eps > 0:
+            terms = W * ((1 - eps) * hot + eps / V) * sc.abs()[..., None]
+            dg = 2 * u16 * terms + (2 + hot) * eta * W
+            eps_g = eps_g + J.abs() * (dg + p * dg.sum(-1, keepdim=True))
     eps_g = torch.where(ign[..., None], 0.0, eps_g)
     return ref, tolerances.total_tolerance(eps_g, ref, case.dtype, case.dtype)
 
@@ -204,6 +320,63 @@ def ce_default_mask(case, args, out_shape):
     return None if in_range else torch.zeros(out_shape, dtype=torch.bool, device=x.device)
 
 
+def scaled_in_range(case, args, out_shape, strict=False):
+    """The outputs whose row's scaled logits s x stay within range where no softcap follows (bool,
+    None for all): the contract takes y = s x within the compute precision's range (s x of
+    float32 logits of 3e38 with s = 2 is +inf there, its row NaN, where the float64 truth is
+    finite; under a softcap an overflowed s x is +-inf and c tanh of it +-c, the exact value);
+    the default tier within the logits' dtype's (torch's composition forms s x in it: float16
+    65504 x 2 is +inf)."""
+    if case.softcap is not None or case.logit_scale == 1.0:
+        return None
+    x = args[0].detach().double()
+    big = torch.finfo(lse_dtype(case.dtype) if strict else case.dtype).max
+    over = (torch.isfinite(x) & ((x * case.logit_scale).abs() > big)).any(-1)
+    if not bool(over.any()):
+        return None
+    if case.spec.is_vjp:
+        return ~over[..., None].expand(out_shape)
+    return ~over.reshape(out_shape) if case.reduction == "none" else torch.zeros(out_shape, dtype=torch.bool)
+
+
+def ce_options_mask(case, args, out_shape):
+    """ce_default_mask for a case with options, at the transformed logits y = transform(x): the
+    ignored rows of non-finite logits (backward), and the losses whose terms overflow the compute
+    precision, the row's weights and its z term included (in range: every counted row has
+    2 (W (|lse| + |y_t| + eps (|lse| + mean |y_j|)) + z lse^2) <= finfo.max, W its largest weight,
+    and the rows' sum too; z lse^2 reaches float32's range at |lse| ~ 1.8e19 / sqrt(z))."""
+    x, t = args[0].detach().double(), args[1]
+    ign = t == case.ignore_index
+    scaled = scaled_in_range(case, args, out_shape)
+    if case.spec.is_vjp:
+        bad_rows = ign & ~torch.isfinite(x).all(-1)
+        return _both(scaled, None if not bool(bad_rows.any()) else ~bad_rows[..., None].expand(out_shape))
+    eps = case.label_smoothing
+    if 0 < eps < torch.finfo(torch.float32).tiny and case.dtype != torch.float64:
+        return torch.zeros(out_shape, dtype=torch.bool, device=x.device)
+    V = x.shape[-1]
+    if V == 0:
+        return None
+    y = oracles.ce.transform(x, case.softcap, case.logit_scale)
+    fy = torch.where(torch.isfinite(y), y.abs(), 0.0)
+    lse = oracles.logsumexp(torch.where(torch.isfinite(y), y, -math.inf)).abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    tc = torch.where(ign, 0, t).clamp(0, V - 1).long()
+    yt = torch.gather(fy, -1, tc[..., None])[..., 0]
+    w = case.weight_tensor(x.device, torch.float64)
+    W = 1.0 if w is None else float(w.abs().max())
+    need = W * (lse + yt + eps * (lse + (fy / V).sum(-1))) + float(case.z_loss) * lse * lse
+    need = torch.where(ign, 0.0, need)
+    big = torch.finfo(lse_dtype(case.dtype)).max
+    rows_in_range = 2 * need <= big
+    if eps > 0:
+        grow = 1 + (V + 1) * tolerances.TABLE[case.dtype].u_c
+        rows_in_range &= ign | (W * grow * (V * lse + fy.sum(-1)) <= big)
+    if case.reduction == "none":
+        return _both(scaled, None if bool(rows_in_range.all()) else rows_in_range.reshape(out_shape))
+    in_range = bool(rows_in_range.all()) and bool(2 * need.sum() <= big)
+    return _both(scaled, None if in_range else torch.zeros(out_shape, dtype=torch.bool, device=x.device))
+
+
 def nan_rows_keep_their_nan(x, ref):
     """The default tier's rule for an output row whose exact result is NaN (a row of a gradient
     with one element per input element): the NaN must not be scrubbed away, so the row's elements
@@ -241,10 +414,15 @@ def cross_entropy_truth(case, args, strict=False) -> Truth:
     project's reduction depth on every output (strict)."""
     ref, tol = ce_truth(case, args, depth=tolerances.depth if strict else tolerances.depth_any, strict=strict)
     if strict:
-        return Truth((OutputTruth("out", ref, tol, case.dtype),))
-    only = ce_default_mask(case, args, ref.shape)
+        only = scaled_in_range(case, args, ref.shape, strict=True) if case.options() else None
+        return Truth((OutputTruth("out", ref, tol, case.dtype, only),))
+    if case.options():
+        only = ce_options_mask(case, args, ref.shape)
+    else:
+        only = ce_default_mask(case, args, ref.shape)
     if case.spec.is_vjp:
-        only = _both(only, nan_rows_keep_their_nan(args[0], ref))
+        y = oracles.ce.transform(args[0], case.softcap, case.logit_scale) if case.options() else args[0]
+        only = _both(only, nan_rows_keep_their_nan(y, ref))
     return Truth((OutputTruth("out", ref, tol, case.dtype, only),))
 
 

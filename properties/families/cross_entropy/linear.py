@@ -1,0 +1,339 @@
+"""The fused linear cross-entropy, linear_cross_entropy(hidden (N, H), weight (V, H), target (N,),
+*, bias, ignore_index, reduction, label_smoothing[, z_loss, softcap, logit_scale]) =
+cross_entropy(hidden @ weight.T + bias, target, ...): its case, strategy, FP64 truth and bound,
+OpSpec and laws. A family of its own ("linear_cross_entropy": the cross-entropy laws do not apply
+to it), in the cross-entropy package whose case, strategies and truth it reuses."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+from hypothesis import assume, reject, strategies as st
+
+from softmax_properties import oracles
+
+from ... import interpreter, tolerances
+from ...case import OpCase, preamble
+from ...invariants._checks import assert_close, op_call, run
+from ...invariants._registry import invariant
+from ...snippets import built
+from ...spec import OpSpec, OutputTruth, Truth, register
+from ...strategies import OFFERED, draw_index, dtypes
+from .case import CECase
+from .strategies import ce_option_values, ce_options, ce_targets
+from .truth import ce_options_mask, ce_default_mask, ce_truth
+
+OP = "linear_cross_entropy"
+LCE_OFFERED = ("z_loss", "softcap", "logit_scale")  # cross_entropy's, class weights excepted
+
+
+@dataclass(frozen=True)
+class LCECase(OpCase):
+    """hidden (N, H) and weight (V, H) drawn as seeded normals (hidden of scale `scale`, weight of
+    scale 1 / sqrt(H), so the logits are of order `scale`) rounded to the dtype, an optional bias
+    (V,) of the same kind, class-index targets, and cross_entropy's options."""
+
+    op: str
+    dtype: torch.dtype
+    N: int
+    H: int
+    V: int
+    seed: int
+    scale: float
+    bias: bool
+    targets: object  # strategies.Targets
+    ignore_index: int
+    reduction: str
+    label_smoothing: float
+    z_loss: float = 0.0
+    softcap: float = None
+    logit_scale: float = 1.0
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).replace("torch.", "")
+
+    def _normal(self, name, shape, seed, scale) -> str:
+        return (f"{name} = (torch.randn({tuple(shape)}, generator=torch.Generator().manual_seed({seed}), "
+                f"dtype=torch.float64) * {scale!r}).to(torch.{self.dtype_name}).to(device)")
+
+    def tensors_code(self) -> str:
+        return "\n".join([self._normal("hidden", (self.N, self.H), self.seed, self.scale),
+                          self._normal("weight", (self.V, self.H), self.seed + 1, 1 / math.sqrt(max(self.H, 1))),
+                          self.targets.code("labels", (self.N,))])
+
+    def bias_tensor(self, device=None):
+        if not self.bias:
+            return None
+        return built(self._normal("b", (self.V,), self.seed + 2, 1.0), "b", device=device or interpreter.device())
+
+    def tensors(self, device="cpu") -> list:
+        code = self.tensors_code()
+        return [built(code, n, device=device) for n in ("hidden", "weight", "labels")]
+
+    def options(self) -> dict:
+        on = dict(z_loss=self.z_loss, softcap=self.softcap, logit_scale=self.logit_scale)
+        off = dict(z_loss=0.0, softcap=None, logit_scale=1.0)
+        return {k: v for k, v in on.items() if v != off[k]}
+
+    def kwargs(self) -> dict:
+        kw = dict(ignore_index=self.ignore_index, reduction=self.reduction, label_smoothing=self.label_smoothing)
+        if self.bias:
+            kw["bias"] = self.bias_tensor()
+        return {**kw, **self.options()}
+
+    def kwargs_code(self) -> str:
+        kw = self.kwargs()
+        parts = [f"{k}={v!r}" for k, v in kw.items() if k != "bias"]
+        return ", ".join((["bias=b"] if self.bias else []) + parts)
+
+    def tensor_names(self) -> tuple:
+        return ("hidden", "weight", "labels")
+
+    def call_code(self) -> str:
+        return f"out = target.{self.op}(hidden, weight, labels, {self.kwargs_code()})"
+
+    def ce_view(self, reduction=None) -> CECase:
+        """The cross-entropy case of the same options (its truth's parameters; no tensors)."""
+        return CECase("cross_entropy", self.dtype, None, None, self.ignore_index, reduction or self.reduction,
+                      self.label_smoothing, None, None, self.z_loss, self.softcap, self.logit_scale)
+
+    def family(self) -> str:
+        return "normal"
+
+    def describe(self, device="cpu") -> str:
+        return "\n  ".join([f"op={self.op}", f"dtype={self.dtype_name}", f"options: {self.kwargs_code()}",
+                            f"hidden: ({self.N}, {self.H}) normal x {self.scale} seed {self.seed}; "
+                            f"weight: ({self.V}, {self.H}); bias: {self.bias}",
+                            f"target: {list(self.targets.values)} dtype={self.targets.dtype}"])
+
+    def reproducer(self, target_name: str, call: str = None) -> str:
+        lines = preamble(target_name)
+        lines.append(self.tensors_code())
+        if self.bias:
+            lines.append(self._normal("b", (self.V,), self.seed + 2, 1.0))
+        lines.append(call or self.call_code())
+        lines.append("print(out)")
+        return "\n".join(lines)
+
+
+def chunk_sizes() -> tuple:
+    """The row counts at which the target's chunking changes (the project's kernels: its chunk
+    rows under the interpreter); the strategy draws N and V just past them."""
+    try:
+        from softmax_properties.kernels import _linear_cross_entropy as K
+        return (K.INTERPRETER_CHUNK_ROWS,) if interpreter.interpreting() else (K.INTERPRETER_CHUNK_ROWS, 64, 128)
+    except Exception:  # noqa: BLE001 - any target: a few small sizes
+        return (8,)
+
+
+@st.composite
+def lce_cases(draw, max_n=None):
+    """An LCECase: N and V each small, or a chunk size + 1 (a ragged last chunk, the tail that a
+    fused kernel's chunking drops), H from 1 to 32; logits of order 1 to 30; a bias half the time;
+    the options the target takes (OFFERED) drawn as for cross-entropy."""
+    dtype = draw(dtypes(), label="dtype")
+    sizes = chunk_sizes()
+    pick = lambda lo, hi: st.one_of(st.integers(lo, hi), st.sampled_from(sizes).map(lambda c: c + 1))  # noqa: E731
+    N = draw(pick(0, 5), label="N")
+    V = draw(pick(1, 9), label="V")
+    if max_n is not None:
+        N = min(N, max_n)
+    H = draw(st.one_of(st.integers(1, 8), st.just(32)), label="H")
+    ignore_index, reduction, eps = draw(ce_options(), label="options")
+    targets = draw(ce_targets(N, V, ignore_index), label="target")
+    targets = dataclasses.replace(targets, stride=1)
+    opts = draw(ce_option_values(OFFERED.of(_SPEC)), label="lce_options") if draw(st.booleans()) else {}
+    return LCECase(OP, dtype, N, H, V, draw(st.integers(0, 2**16), label="seed"),
+                   draw(st.sampled_from([1.0, 4.0, 30.0]), label="scale"), draw(st.booleans(), label="bias"),
+                   targets, ignore_index, reduction, float(eps), **opts)
+
+
+def lce_case(draw, spec, families=None, max_cols=None):
+    return draw(lce_cases())
+
+
+def logits_error(case, hidden, weight, bias):
+    """|fl(z_j) - z_j| for the logits z = hidden @ weight.T + bias formed in the inputs' dtype with
+    float32 accumulation (float64 for float64): a dot product of length H errs by at most
+    (H + 1) u_c sum_k |h_k w_jk| (any order, the bias added at the end: one more term), and the
+    result rounded to the dtype by half an ulp of |z_j| (2**-p |z_j|, p the dtype's precision)."""
+    h, w = hidden.detach().double(), weight.detach().double()
+    mag = h.abs() @ w.abs().T
+    if bias is not None:
+        mag = mag + bias.detach().double().abs()
+    z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
+    u_c = tolerances.TABLE[case.dtype].u_c
+    return (hidden.shape[-1] + 1) * u_c * mag + 2.0 ** -tolerances.TABLE[case.dtype].precision * z.abs()
+
+
+def lce_extra(case, z, dz, reduction, t):
+    """The loss's error from logits within dz of z: y = transform(z) within |J| dz, D = max_j of it
+    per row; lse moves by at most D (1-Lipschitz in the max norm), each lse - y_j by 2D, so the
+    cross-entropy term by 2D, the z term by z (2 |lse| D + D^2) (exact bounds, not first order);
+    reduced as the loss (the mean over the count of counted rows)."""
+    J = oracles.ce.transform_grad(z, case.softcap, case.logit_scale).abs()
+    y = oracles.ce.transform(z, case.softcap, case.logit_scale)
+    D = (J * dz).amax(-1) if z.shape[-1] else torch.zeros(z.shape[:-1], dtype=torch.float64)
+    lse = torch.logsumexp(y, -1).abs() if z.shape[-1] else D
+    rows = 2 * D + case.z_loss * (2 * lse * D + D * D)
+    rows = torch.where(t == case.ignore_index, 0.0, rows)
+    if reduction == "none":
+        return rows
+    total = rows.sum()
+    return total / (t != case.ignore_index).sum() if reduction == "mean" else total
+
+
+def lce_truth(case, args, strict=False, reduction=None):
+    """The loss against the FP64 oracle (oracles/linear_cross_entropy.py, the logits in float64):
+    the cross-entropy bound at the FP64 logits (ce_truth, with the options) plus the logits'
+    error carried through the loss (lce_extra of logits_error), on the outputs the
+    cross-entropy's default mask judges."""
+    hidden, weight, t = args[:3]
+    red = reduction or case.reduction
+    bias = case.kwargs().get("bias")
+    bias = None if bias is None else bias.to(hidden.device)
+    z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
+    view = case.ce_view(red)
+    ref, tol = ce_truth(view, [z, t], depth=tolerances.depth if strict else tolerances.depth_any, strict=strict)
+    tol = tol + lce_extra(case, z, logits_error(case, hidden, weight, bias), red, t)
+    mask = None if strict else (ce_options_mask if view.options() else ce_default_mask)(view, [z, t], ref.shape)
+    return Truth((OutputTruth("out", ref, tol, case.dtype, mask),))
+
+
+def _oracle(hidden, weight, target, **kw):
+    return oracles.linear_cross_entropy.linear_cross_entropy(hidden, weight, target, **kw)
+
+
+_SPEC = OpSpec(OP, "linear_cross_entropy", ("hidden", "weight", "target"), _oracle, lce_truth, lce_case, None,
+               options=("ignore_index", "reduction", "label_smoothing"), offered=LCE_OFFERED)
+register(_SPEC)
+
+
+def linear(op) -> bool:
+    return op.family == "linear_cross_entropy"
+
+
+@invariant(linear)
+def lce_matches_oracle(case, target, strict=False):
+    """The loss equals the FP64 oracle (the logits hidden @ weight.T + bias in float64, then the
+    cross-entropy oracle) within the cross-entropy's bound plus the two matmuls' error carried
+    through the loss (lce_truth: length-H dot products accumulated at the compute precision, the
+    logits rounded to the dtype)."""
+    from ...invariants._checks import check_oracle
+    check_oracle(case, target, strict=strict)
+
+
+@invariant(linear, needs=("op:cross_entropy",))
+def lce_is_cross_entropy_of_logits(case, target):
+    """linear_cross_entropy(hidden, weight, target, bias) equals the target's own
+    cross_entropy(hidden @ weight.T + bias) (the logits formed by torch in the dtype), the same
+    options: within the sum of the two bounds, the first's logits' error once more (the two
+    references differ by at most that: the second's logits are within logits_error of the
+    first's)."""
+    hidden, weight, t = case.tensors(target.device)
+    assume(case.N > 0)
+    a = op_call(case, target, hidden, weight, t).double()
+    bias = case.kwargs().get("bias")
+    z = hidden @ weight.T + (bias if bias is not None else 0)
+    view = case.ce_view()
+    kw = {**view.kwargs()}
+    b = run(target, "cross_entropy", z, t, **kw).double()
+    lt = lce_truth(case, [hidden, weight, t]).outputs[0]
+    _, tol_ce = ce_truth(view, [z, t])
+    z64 = oracles.linear_cross_entropy.logits(hidden, weight, bias)
+    extra = lce_extra(case, z64, logits_error(case, hidden, weight, bias), case.reduction, t)
+    only = lt.only if lt.only is not None else torch.ones(lt.ref.shape, dtype=torch.bool)
+    assert_close(case, target, a, b, torch.nan_to_num(lt.tol + tol_ce + extra, nan=0.0),
+                 "linear_cross_entropy != cross_entropy(hidden @ weight.T + bias)",
+                 f"{case.call_code()}\nfirst = out\nz = hidden @ weight.T" + (" + b" if case.bias else "")
+                 + f"\nout = first, target.cross_entropy(z, labels, {view.kwargs_code()})", only=only)
+
+
+@invariant(linear)
+def lce_rows_split_recombine(case, target):
+    """The loss does not depend on how the rows are passed: the rows split in two calls (at a
+    drawn row) and recombined as the reduction says (none: concatenated; sum: added; mean: the
+    two sums added over the count of counted rows) equal one call on all rows. Bound: the whole
+    call's bound plus the parts' (the sum's bounds at reduction="sum", divided by the count for
+    the mean)."""
+    hidden, weight, t = case.tensors(target.device)
+    assume(case.N >= 2)
+    k = 1 + draw_split(case)
+    whole = op_call(case, target, hidden, weight, t).double()
+    red = case.reduction
+    part_red = "none" if red == "none" else "sum"
+    pa = op_call(case, target, hidden[:k], weight, t[:k], reduction=part_red).double()
+    pb = op_call(case, target, hidden[k:], weight, t[k:], reduction=part_red).double()
+    ca, cb = (dataclasses.replace(case, N=k, targets=_rows(case.targets, 0, k), reduction=part_red),
+              dataclasses.replace(case, N=case.N - k, targets=_rows(case.targets, k, case.N), reduction=part_red))
+    ta = lce_truth(ca, [hidden[:k], weight, t[:k]]).outputs[0].tol
+    tb = lce_truth(cb, [hidden[k:], weight, t[k:]]).outputs[0].tol
+    tw = lce_truth(case, [hidden, weight, t]).outputs[0]
+    count = int((t != case.ignore_index).sum())
+    if red == "none":
+        rec, tol = torch.cat([pa, pb]), tw.tol + torch.cat([ta, tb])
+    elif red == "sum":
+        rec, tol = pa + pb, tw.tol + ta + tb
+    else:
+        assume(count > 0)
+        rec, tol = (pa + pb) / count, tw.tol + (ta + tb) / count
+    only = tw.only if tw.only is not None else torch.ones(tw.ref.shape, dtype=torch.bool)
+    only = only & torch.isfinite(rec)
+    assert_close(case, target, whole, rec, torch.nan_to_num(tol, nan=0.0),
+                 f"rows split at {k} and recombined ({red}) != one call", only=only)
+
+
+def draw_split(case) -> int:
+    """The split row, from the case's seed (the law draws no data of its own): in [0, N - 2]."""
+    return case.seed % (case.N - 1)
+
+
+def _rows(targets, lo, hi):
+    return dataclasses.replace(targets, values=tuple(targets.values[lo:hi]))
+
+
+@invariant(linear)
+def lce_weight_grad_sums_to_zero(case, target):
+    """Without z-loss and softcap every row of d logits sums to zero (softmax sums to 1, the
+    one-hot and the smoothing's eps / V terms to (1 - eps) + eps; the logit scale multiplies the
+    row), so d weight = (d logits)^T hidden summed over the vocabulary is zero:
+    sum_j dW_jk = sum_i (sum_j G_ij) h_ik = 0 (autograd, dloss = 1). Bound, summing over j the
+    error of each dW_jk = sum_i G_ij h_ik: G_ij within the cross-entropy backward's bound at the
+    FP64 logits (ce_truth) plus the logits' error carried into p (p_ij expm1(2 |s| D_i),
+    D_i = max_j logits_error, times the row's scale), times |h_ik|; the product's length-N float32
+    sum and G and dW rounded to the dtype, ((N + 1) u_c + 2 * 2**-p) sum_i |G_ij h_ik|; the
+    float64 sum over the V rows, (V + 1) 2**-53 sum_j |dW_jk|. Targets whose op is not
+    differentiable in the weight: the example is rejected."""
+    assume(case.z_loss == 0 and case.softcap is None and case.N > 0)
+    hidden, weight, t = case.tensors(target.device)
+    w = weight.detach().clone().requires_grad_(True)
+    out = op_call(case, target, hidden, w, t)
+    if not (isinstance(out, torch.Tensor) and out.requires_grad):
+        reject()
+    dl = torch.ones_like(out)
+    (dw,) = torch.autograd.grad(out, w, dl)
+    total = dw.double().sum(0)
+    bias = case.kwargs().get("bias")
+    z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
+    view = dataclasses.replace(case.ce_view(), op="cross_entropy_backward")
+    G, tolG = ce_truth(view, [z, t, dl])
+    s = abs(float(case.logit_scale))
+    D = (logits_error(case, hidden, weight, bias).amax(-1) * s)[..., None]
+    p = torch.softmax(z * float(case.logit_scale), -1)
+    sc = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction).abs()[..., None]
+    dG = torch.nan_to_num(tolG, nan=0.0) + p * torch.expm1(2 * D) * sc * s
+    h = hidden.detach().double().abs()
+    mag = G.abs().T @ h  # (V, H): sum_i |G_ij h_ik|
+    u = tolerances.TABLE[case.dtype]
+    per = dG.T @ h + ((case.N + 1) * u.u_c + 2 * 2.0 ** -u.precision) * mag
+    tol = per.sum(0) + (case.V + 1) * 2.0 ** -53 * (mag.sum(0) + per.sum(0))
+    ok = torch.isfinite(G).all()
+    assume(bool(ok))
+    assert_close(case, target, total, torch.zeros_like(total), torch.nan_to_num(tol, nan=0.0, posinf=math.inf),
+                 "d weight summed over the vocabulary != 0",
+                 f"weight.requires_grad_(True)\n{case.call_code()}\n"
+                 "out = torch.autograd.grad(out, weight, torch.ones_like(out))[0].double().sum(0)",
+                 dtype=torch.float64)
