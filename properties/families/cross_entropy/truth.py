@@ -17,6 +17,21 @@ from . import bounds as B
 # ----------------------------------------------------------------------------------------------
 # cross-entropy (CECase: logits, class-index targets, options, and for the backward dloss)
 # ----------------------------------------------------------------------------------------------
+
+def _rows(x64, t, ign_idx):
+    """The FP64 row terms both truths start from, of logits x64 (..., V): the probabilities p, the
+    finite-row mask, H = sum_j p_j |x_j - max|, log of the row sum, lse (0 on non-finite rows),
+    the ignored rows, and each row's target clamped into [0, V) (0 where ignored or V = 0)."""
+    V = x64.shape[-1]
+    m, fin, d, e, s = oracles.row_stats(x64)
+    p = torch.where(fin[..., None], e / s[..., None], 0.0)
+    H = torch.where(p > 0, p * d.abs(), 0.0).sum(-1)
+    logs = torch.where(fin, torch.log(s), 0.0)
+    lse = torch.where(fin, m + logs, 0.0)
+    ign = t == ign_idx
+    tc = torch.where(ign, 0, t).clamp(0, max(V - 1, 0)).long()
+    return p, fin, H, logs, lse, ign, tc
+
 def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.depth_any, strict=False):
     """(reference, tolerance) in float64 for a CECase at the given (laid-out) tensors; the
     reduction and smoothing may be overridden (the forward only); depth: the reduction-depth
@@ -37,13 +52,7 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.
     x64 = x.detach().double()
     V = x64.shape[-1]
     dep = depth(V)
-    m, fin, d, e, s = oracles.row_stats(x64)
-    y = torch.where(fin[..., None], e / s[..., None], 0.0)
-    H = torch.where(y > 0, y * d.abs(), 0.0).sum(-1)
-    logs = torch.where(fin, torch.log(s), 0.0)
-    lse = torch.where(fin, m + logs, 0.0)
-    ign = t == ign_idx
-    tc = torch.where(ign, 0, t).clamp(0, V - 1).long()
+    y, fin, H, logs, lse, ign, tc = _rows(x64, t, ign_idx)
     if not case.spec.is_vjp:
         xt = torch.gather(x64, -1, tc[..., None])[..., 0]
         xt = torch.where(torch.isfinite(xt), xt, 0.0)
@@ -133,13 +142,7 @@ def ce_options_truth(case, args, red, eps, depth, strict):
     y = oracles.ce.transform(x64, c, s)
     V = y.shape[-1]
     dep = depth(V)
-    m, fin, d, e, ssum = oracles.row_stats(y)
-    p = torch.where(fin[..., None], e / ssum[..., None], 0.0)
-    H = torch.where(p > 0, p * d.abs(), 0.0).sum(-1)
-    logs = torch.where(fin, torch.log(ssum), 0.0)
-    lse = torch.where(fin, m + logs, 0.0)
-    ign = t == ign_idx
-    tc = torch.where(ign, 0, t).clamp(0, max(V - 1, 0)).long()
+    p, fin, H, logs, lse, ign, tc = _rows(y, t, ign_idx)
     w = w0 if w0 is not None else torch.ones(V, dtype=torch.float64, device=x64.device)
     wt = torch.where(ign, 0.0, w[tc]) if V else torch.zeros(t.shape, dtype=torch.float64)
     yt = torch.gather(y, -1, tc[..., None])[..., 0] if V else torch.zeros(t.shape, dtype=torch.float64)
