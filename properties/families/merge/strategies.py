@@ -36,6 +36,16 @@ def merge_trees(leaves):
         lambda k: st.tuples(merge_trees(leaves[:k]), merge_trees(leaves[k:])))
 
 
+def draw_keys(draw, many_rows: bool, max_cols=None) -> int:
+    """The keys of a row of chunked or N-way merge cases: 1 to 8 for many rows, else 0 now and
+    then, a special length or any up to max_cols (default max(64, LIMITS.max_cols // 4))."""
+    if many_rows:
+        return draw(st.sampled_from([1, 2, 3, 4, 5, 8]), label="n_keys")
+    cap = max_cols if max_cols is not None else max(64, LIMITS.max_cols // 4)
+    return draw(rarely(st.just(0), st.one_of(st.sampled_from(special_lengths((), cap)), st.integers(1, cap)), 16),
+                label="n_keys")
+
+
 @st.composite
 def merge_cases(draw, op, families=None, max_cols=None, min_chunks=1, max_chunks=5, many_rows=False):
     """A MergeCase for op ("softmax_merge" or "attention_merge"):
@@ -51,12 +61,7 @@ def merge_cases(draw, op, families=None, max_cols=None, min_chunks=1, max_chunks
     many_rows: thousands of rows (many_rows_count) of 1 to 8 keys (dv up to 8), scores from
     many_row_logits, no stride-0 layout."""
     dtype = draw(dtypes(), label="dtype")
-    if many_rows:
-        n = draw(st.sampled_from([1, 2, 3, 4, 5, 8]), label="n_keys")
-    else:
-        cap = max_cols if max_cols is not None else max(64, LIMITS.max_cols // 4)
-        n = draw(rarely(st.just(0), st.one_of(st.sampled_from(special_lengths((), cap)), st.integers(1, cap)), 16),
-                 label="n_keys")
+    n = draw_keys(draw, many_rows, max_cols)
     k = draw(st.integers(min_chunks, max_chunks), label="n_chunks")
     cuts = tuple(sorted(draw(st.lists(st.integers(0, n), min_size=k - 1, max_size=k - 1), label="cuts")))
     dvs = [1, 2, 3, 8] if many_rows else [1, 2, 3, 8, 16, 64]

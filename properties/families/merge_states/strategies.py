@@ -8,7 +8,8 @@ import torch
 from hypothesis import strategies as st
 
 from ...strategies import (FAMILIES, LIMITS, Layout, batch_shapes, dtypes, flat_layouts, layouts, logits,
-                           many_row_logits, many_rows_count, rarely, special_lengths)
+                           many_row_logits, many_rows_count, rarely)
+from ..merge.strategies import draw_keys
 from .case import STATES_LSE_LAYOUTS, StatesCase
 
 
@@ -60,12 +61,7 @@ def states_cases(draw, families=None, max_cols=None, many_rows=False):
       the states' lse would round to +-inf in the lse dtype.
     many_rows: thousands of rows of 1 to 8 keys (as merge_cases)."""
     dtype = draw(dtypes(), label="dtype")
-    if many_rows:
-        n = draw(st.sampled_from([1, 2, 3, 4, 5, 8]), label="n_keys")
-    else:
-        cap = max_cols if max_cols is not None else max(64, LIMITS.max_cols // 4)
-        n = draw(rarely(st.just(0), st.one_of(st.sampled_from(special_lengths((), cap)), st.integers(1, cap)), 16),
-                 label="n_keys")
+    n = draw_keys(draw, many_rows, max_cols)
     k = draw(st.integers(1, 4) if many_rows else rarely(st.integers(7, 24), st.integers(1, 6), 8), label="n_states")
     cuts = tuple(sorted(draw(st.lists(st.integers(0, n), min_size=k - 1, max_size=k - 1), label="cuts")))
     dv = draw(st.sampled_from([1, 2, 3, 8] if many_rows else [1, 2, 3, 8, 16, 64]), label="dv")
