@@ -77,8 +77,8 @@ for dt, blk, F64 in (("bf16", 4096, False), ("fp16", 4096, False), ("fp32", 4096
             for split in (False, True):
                 for br, bd in ((1, blk), (64, 128)):
                     s = {"X": f"*{dt}", "T": f"*{tdt}", "LOSS": f"*{ct}", "LSE": f"*{ct}", "PM": f"*{ct}", "PS": f"*{ct}",
-                         "PX": f"*{ct}", "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
-                         "ignore_index": "i64", "n_chunks": "i32", "chunk_cols": "i32", "eps": "fp32", "inv_v": "fp32",
+                         "PX": f"*{ct}", "EPS": "*fp64", "W": f"*{ct}", "OPT": "*fp64", "LZ": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
+                         "ignore_index": "i64", "n_chunks": "i32", "chunk_cols": "i32", "eps": "fp32", "inv_v": "fp32", "flags": "i32",
                          "F64": "constexpr", "SMOOTH": "constexpr", "SPLIT": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr",
                          "BLOCK": "constexpr", "GS": "constexpr"}
                     c = {"F64": F64, "SMOOTH": smooth, "SPLIT": split, "VEC": 2 if br == 1 else 0, "BLOCK_R": br, "BLOCK": bd,
@@ -89,8 +89,8 @@ for dt, blk, F64 in (("bf16", 4096, False), ("fp16", 4096, False), ("fp32", 4096
                     except Exception as e:
                         print("ce fwd FAIL", dt, tdt, smooth, split, br, bd, str(e)[-1500:]); raise SystemExit(1)
             s = {"X": f"*{dt}", "T": f"*{tdt}", "LOSS": f"*{ct}", "LSE": f"*{ct}", "PM": f"*{ct}", "PS": f"*{ct}",
-                 "PX": f"*{ct}", "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
-                 "ignore_index": "i64", "n_chunks": "i32", "eps": "fp32",
+                 "PX": f"*{ct}", "EPS": "*fp64", "W": f"*{ct}", "OPT": "*fp64", "LZ": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64",
+                 "ignore_index": "i64", "n_chunks": "i32", "eps": "fp32", "flags": "i32",
                  "F64": "constexpr", "SMOOTH": "constexpr", "BLOCK_R": "constexpr", "NC": "constexpr"}
             try:
                 triton.compile(ASTSource(CE._ce_merge_kernel, s, {"F64": F64, "SMOOTH": smooth, "BLOCK_R": 64, "NC": 16}),
@@ -102,8 +102,8 @@ for dt, blk, F64 in (("bf16", 4096, False), ("fp16", 4096, False), ("fp32", 4096
                 for br, bd in ((1, blk), (64, 128)):
                     s = {"X": f"*{dt}", "T": f"*{tdt}", "LSE": f"*{ct}", "SC": f"*{sdt}",
                          "STATS": "*i64" if mean else f"*{ct}", "DX": f"*{dt}",
-                         "EPS": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64", "ss": "i64", "sdr": "i64",
-                         "ignore_index": "i64", "n_chunks": "i32", "chunk_cols": "i32", "eps": "fp32", "inv_v": "fp32",
+                         "EPS": "*fp64", "W": f"*{ct}", "OPT": "*fp64", "n_rows": "i32", "V": "i32", "sxr": "i64", "st": "i64", "ss": "i64", "sdr": "i64",
+                         "ignore_index": "i64", "n_chunks": "i32", "chunk_cols": "i32", "eps": "fp32", "inv_v": "fp32", "flags": "i32",
                          "F64": "constexpr", "SMOOTH": "constexpr", "MEAN": "constexpr", "VEC": "constexpr",
                          "BLOCK_R": "constexpr", "BLOCK": "constexpr"}
                     c = {"F64": F64, "SMOOTH": smooth, "MEAN": mean, "VEC": 2 if br == 1 else 1, "BLOCK_R": br, "BLOCK": bd}
@@ -123,7 +123,8 @@ for tdt in ("i32", "i64"):
 for lr, out in (("fp32", "bf16"), ("fp32", "fp16"), ("fp32", "fp32"), ("fp64", "fp64")):
     for mean in (False, True):
         try:
-            triton.compile(ASTSource(CE._ce_reduce_kernel, {"LR": f"*{lr}", "STATS": "*i64", "OUT": f"*{out}", "n": "i32",
+            triton.compile(ASTSource(CE._ce_reduce_kernel, {"LR": f"*{lr}", "STATS": "*i64", "OUT": f"*{out}", "LZ": "*fp64",
+                                                            "OPT": "*fp64", "n": "i32", "flags": "i32",
                                                             "MEAN": "constexpr", "BLOCK": "constexpr"}, {"MEAN": mean, "BLOCK": 1024}),
                            target=tgt, options={"num_warps": 4})
             print("ce reduce ok", lr, out, mean)
@@ -174,27 +175,25 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
                 print("merge_states FAIL", dt, BR, BD, two, vec, "SB", sb or "looped", str(e)[-1500:]); raise SystemExit(1)
 
 # attention (kernels/_attention.py): forward, the backward's delta, dk/dv and dq kernels, every
-# dtype at its GPU block shapes (kernels/tuning.py) for head dimensions 64, 128 and 256, with and
-# without softcap, window sides, even head dims and 16-byte vectors
+# dtype at its GPU block shapes (kernels/tuning.py) for head dimensions 64, 128 and 256, full
+# blocks with 16-byte vectors (FULL) or not; softcap and window are runtime arguments
+import time
 import torch
 from softmax_properties.kernels import _attention as AT
 _TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
-for dt, bd, softcap, left, right, even, vec in (
-        ("bf16", 64, False, False, True, True, True), ("bf16", 128, False, False, False, True, True),
-        ("fp16", 128, True, True, True, False, False), ("bf16", 256, False, True, True, True, True),
-        ("fp32", 64, False, False, True, True, True), ("fp32", 128, True, False, False, False, False),
-        ("fp64", 64, True, True, True, False, False), ("fp64", 256, False, False, True, True, True)):
+for dt, bd, full in (("bf16", 64, True), ("bf16", 128, True), ("fp16", 128, False), ("bf16", 256, True),
+                     ("fp32", 64, True), ("fp32", 128, False), ("fp64", 64, False), ("fp64", 256, True)):
     lse = _LSE[dt]
-    flags = {"F64": dt == "fp64", "SOFTCAP": softcap, "LEFT": left, "RIGHT": right, "EVEN_D": even, "VEC": vec,
-             "BLOCK_D": bd, "BLOCK_DV": bd}
+    flags = {"F64": dt == "fp64", "FULL": full, "BLOCK_D": bd, "BLOCK_DV": bd}
     bm, bn, warps, stages = AT._table(_TORCH[dt], True)[bd]
     s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": f"*{lse}", **{n: "i32" for n in AT._FWD_INTS},
          **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2")}}
     c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
     try:
+        t0 = time.perf_counter()
         triton.compile(ASTSource(AT._attn_fwd_kernel, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
                        options={"num_warps": warps, "num_stages": stages})
-        print("attention fwd ok", dt, bd, softcap, left, right, even, vec)
+        print(f"attention fwd ok {dt} D={bd} FULL={full} ({time.perf_counter() - t0:.1f} s)")
     except Exception as e:
         print("attention fwd FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
     bm1, bn1, bm2, bn2, warps, stages = AT._table(_TORCH[dt], False)[bd]
@@ -204,13 +203,14 @@ for dt, bd, softcap, left, right, even, vec in (
     for kern, bm, bn in ((AT._attn_bwd_dkdv_kernel, bm1, bn1), (AT._attn_bwd_dq_kernel, bm2, bn2)):
         c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
         try:
+            t0 = time.perf_counter()
             triton.compile(ASTSource(kern, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
                            options={"num_warps": warps, "num_stages": stages})
-            print("attention", kern.__name__, "ok", dt, bd, softcap, left, right, even, vec)
+            print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} ({time.perf_counter() - t0:.1f} s)")
         except Exception as e:
             print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
     s = {"O": f"*{dt}", "DO": f"*{dt}", "DLSE": f"*{lse}", "DELTA": f"*{lse}", **{n: "i32" for n in AT._DELTA_INTS}}
-    c = {"F64": dt == "fp64", "HAS_DLSE": softcap, "BLOCK_R": 16, "BLOCK_DV": bd}
+    c = {"F64": dt == "fp64", "HAS_DLSE": full, "BLOCK_R": 16, "BLOCK_DV": bd}
     try:
         triton.compile(ASTSource(AT._attn_delta_kernel, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
                        options={"num_warps": 4})

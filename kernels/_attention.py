@@ -51,11 +51,11 @@ _LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 MAX_HEAD_DIM = 256
 
 _FWD_INTS = ["sqb", "sqh", "sqm", "sqd", "skb", "skh", "skn", "skd", "svb", "svh", "svn", "svd",
-             "sob", "soh", "som", "sod", "Hq", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr"]
+             "sob", "soh", "som", "sod", "Hq", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr", "capped"]
 _FWD_PTRS = ["Q", "K", "V", "O", "LSE"]
 _BWD_INTS = ["sqb", "sqh", "sqm", "sqd", "skb", "skh", "skn", "skd", "svb", "svh", "svn", "svd",
              "sdb", "sdh", "sdm", "sdd", "sgb", "sgh", "sgn", "sgd", "sub", "suh", "sun", "sud",
-             "Hq", "Hkv", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr"]
+             "Hq", "Hkv", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr", "capped"]
 _BWD_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "GB"]
 _DELTA_INTS = ["n_rows", "Hq", "Lq", "Dv", "sob", "soh", "som", "sod", "sdb", "sdh", "sdm", "sdd", "sl0"]
 _DELTA_PTRS = ["O", "DO", "DLSE", "DELTA"]
@@ -114,49 +114,43 @@ def _join(x0, x1, x2, F64: tl.constexpr):
 
 
 @triton.jit
-def _scores(s, sc, cm, SOFTCAP: tl.constexpr):
+def _scores(s, sc, cm, capped):
     """Raw dot products -> scores: s sc, or cm tanh(s sc) with softcap (sc = scale / c, cm = c).
-    Returns (scores, tanh)."""
-    if SOFTCAP:
+    Returns (scores, tanh). capped is a runtime flag (a uniform branch), not a constexpr: one
+    compiled kernel serves both."""
+    th = s
+    if capped != 0:
         th = _tanh(s * sc)
-        return cm * th, th
+        s = cm * th
     else:
-        return s * sc, s
+        s = s * sc
+    return s, th
 
 
 @triton.jit
-def _visible(rows, cols, Lq, Lk, off, wl, wr, LEFT: tl.constexpr, RIGHT: tl.constexpr):
-    """[len(rows), len(cols)] mask: query rows[i] may see key cols[j] (and both exist)."""
+def _visible(rows, cols, Lq, Lk, off, wl, wr):
+    """[len(rows), len(cols)] mask: query rows[i] may see key cols[j] (and both exist). An
+    unbounded window side arrives as Lq + Lk + 1 (_mask_args), wide enough to mask nothing."""
     vis = (rows[:, None] < Lq) & (cols[None, :] < Lk)
-    if RIGHT:
-        vis = vis & (cols[None, :] <= rows[:, None] + (off + wr))
-    if LEFT:
-        vis = vis & (cols[None, :] >= rows[:, None] + (off - wl))
+    vis = vis & (cols[None, :] <= rows[:, None] + (off + wr))
+    vis = vis & (cols[None, :] >= rows[:, None] + (off - wl))
     return vis
 
 
 @triton.jit
-def _ranges(a0, BA: tl.constexpr, n_a, n_b, lo_off, hi_off, LEFT: tl.constexpr, RIGHT: tl.constexpr,
-            BB: tl.constexpr):
+def _ranges(a0, BA: tl.constexpr, n_a, n_b, lo_off, hi_off, BB: tl.constexpr):
     """For a block of BA rows starting at a0 (queries, or keys read as the transposed problem)
-    whose element a sees the b with a + lo_off <= b <= a + hi_off (a side without LEFT / RIGHT
-    is unbounded) and b < n_b: the b-block starts (multiples of BB) to visit, [lo, hi), and
-    within them [r1, r2), the blocks where every pair is visible (no mask, no tail); the blocks
-    before r1 and from r2 on run masked. Blocks no element can see are left out. n_a: the rows
-    that exist (a block holding a >= n_a runs masked throughout)."""
-    if RIGHT:
-        hi = tl.minimum(tl.maximum(a0 + BA + hi_off, 0), n_b)
-        e = tl.minimum(tl.maximum(a0 + hi_off + 1, 0), n_b)
-    else:
-        hi = n_b
-        e = n_b
+    whose element a sees the b with a + lo_off <= b <= a + hi_off and b < n_b: the b-block
+    starts (multiples of BB) to visit, [lo, hi), and within them [r1, r2), the blocks where
+    every pair is visible (no mask, no tail); the blocks before r1 and from r2 on run masked.
+    Blocks no element can see are left out. n_a: the rows that exist (a block holding a >= n_a
+    runs masked throughout). An unbounded side (an offset beyond -n_a - n_b or n_a + n_b) visits
+    every block; the few it runs masked compute the same values."""
+    hi = tl.minimum(tl.maximum(a0 + BA + hi_off, 0), n_b)
+    e = tl.minimum(tl.maximum(a0 + hi_off + 1, 0), n_b)
     e = tl.where(a0 + BA <= n_a, e, 0)
-    if LEFT:
-        lo = tl.maximum(a0 + lo_off, 0)
-        s = tl.maximum(a0 + BA - 1 + lo_off, 0)
-    else:
-        lo = hi * 0
-        s = hi * 0
+    lo = tl.maximum(a0 + lo_off, 0)
+    s = tl.maximum(a0 + BA - 1 + lo_off, 0)
     lo = (lo // BB) * BB
     s = tl.maximum(((s + BB - 1) // BB) * BB, lo)
     r1 = tl.minimum(s, hi)
@@ -177,10 +171,9 @@ def _ranges(a0, BA: tl.constexpr, n_a, n_b, lo_off, hi_off, LEFT: tl.constexpr, 
 def _attn_fwd_kernel(
     Q, K, V, O, LSE,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
-    Hq, G, Lq, Lk, D, Dv, off, wl, wr,
+    Hq, G, Lq, Lk, D, Dv, off, wl, wr, capped,
     sc0, sc1, sc2, cm0, cm1, cm2,
-    F64: tl.constexpr, SOFTCAP: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
-    EVEN_D: tl.constexpr, VEC: tl.constexpr,
+    F64: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
@@ -202,37 +195,37 @@ def _attn_fwd_kernel(
     cm = _join(cm0, cm1, cm2, F64)
 
     q_ptrs = Q + b * sqb + h * sqh + rows.to(tl.int64)[:, None] * sqm + offs_d[None, :].to(tl.int64) * sqd
-    if VEC:
+    if FULL:
         q_ptrs = tl.max_contiguous(tl.multiple_of(q_ptrs, [1, 16]), [1, 16])
     qmask = rows[:, None] < Lq
-    if not EVEN_D:
+    if not FULL:
         qmask = qmask & (offs_d[None, :] < D)
     q = tl.load(q_ptrs, mask=qmask, other=0.0)
 
     acc = tl.zeros([BLOCK_M, BLOCK_DV], CT)
     l_i = tl.zeros([BLOCK_M], CT)
     m_i = tl.full([BLOCK_M], float("-inf"), CT)
-    lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, LEFT, RIGHT, BLOCK_N)
+    lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, BLOCK_N)
     kp = K + b * skb + hk * skh + (lo + offs_n).to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
     vp = V + b * svb + hk * svh + (lo + offs_n).to(tl.int64)[:, None] * svn + offs_dv[None, :].to(tl.int64) * svd
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         kph = kp
         vph = vp
-        if VEC:
+        if FULL:
             kph = tl.max_contiguous(tl.multiple_of(kp, [16, 1]), [16, 1])
             vph = tl.max_contiguous(tl.multiple_of(vp, [1, 16]), [1, 16])
         kmask = cols[None, :] < Lk
         vmask = cols[:, None] < Lk
-        if not EVEN_D:
+        if not FULL:
             kmask = kmask & (offs_d[:, None] < D)
             vmask = vmask & (offs_dv[None, :] < Dv)
         kT = tl.load(kph, mask=kmask, other=0.0)
         v = tl.load(vph, mask=vmask, other=0.0)
         s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
-        s, th = _scores(s, sc, cm, SOFTCAP)
+        s, th = _scores(s, sc, cm, capped)
         if (start_n < r1) | (start_n >= r2):
-            s = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT), s, float("-inf"))
+            s = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr), s, float("-inf"))
         m_new = tl.maximum(m_i, rowmax(s), propagate_nan=tl.PropagateNan.ALL)
         # a row that has seen only -inf so far subtracts 0: exp(-inf - 0) = 0, never -inf - -inf
         m_s = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -258,10 +251,10 @@ def _attn_fwd_kernel(
     rmask = rows < Lq
     tl.store(LSE + bh.to(tl.int64) * Lq + rows, lse, mask=rmask)
     o_ptrs = O + b * sob + h * soh + rows.to(tl.int64)[:, None] * som + offs_dv[None, :].to(tl.int64) * sod
-    if VEC:
+    if FULL:
         o_ptrs = tl.max_contiguous(tl.multiple_of(o_ptrs, [1, 16]), [1, 16])
     omask = rmask[:, None]
-    if not EVEN_D:
+    if not FULL:
         omask = omask & (offs_dv[None, :] < Dv)
     tl.store(o_ptrs, to_out(o, O.dtype.element_ty), mask=omask)
 
@@ -311,10 +304,9 @@ def _attn_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, GA, GB,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sub, suh, sun, sud,
-    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
+    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr, capped,
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
-    F64: tl.constexpr, SOFTCAP: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
-    EVEN_D: tl.constexpr, VEC: tl.constexpr,
+    F64: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads."""
@@ -336,12 +328,12 @@ def _attn_bwd_dkdv_kernel(
 
     kmask = cols[:, None] < Lk
     vmask = kmask
-    if not EVEN_D:
+    if not FULL:
         kmask = kmask & (offs_d[None, :] < D)
         vmask = vmask & (offs_dv[None, :] < Dv)
     k_ptrs = K + b * skb + hk * skh + cols.to(tl.int64)[:, None] * skn + offs_d[None, :].to(tl.int64) * skd
     v_ptrs = V + b * svb + hk * svh + cols.to(tl.int64)[:, None] * svn + offs_dv[None, :].to(tl.int64) * svd
-    if VEC:
+    if FULL:
         k_ptrs = tl.max_contiguous(tl.multiple_of(k_ptrs, [1, 16]), [1, 16])
         v_ptrs = tl.max_contiguous(tl.multiple_of(v_ptrs, [1, 16]), [1, 16])
     k = tl.load(k_ptrs, mask=kmask, other=0.0)
@@ -349,7 +341,7 @@ def _attn_bwd_dkdv_kernel(
     dk = tl.zeros([BLOCK_N, BLOCK_D], CT)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], CT)
     # the queries that see key j: j - off - wr <= i <= j - off + wl (the transposed problem)
-    lo, r1, r2, hi = _ranges(n0, BLOCK_N, Lk, Lq, -off - wr, wl - off, RIGHT, LEFT, BLOCK_M)
+    lo, r1, r2, hi = _ranges(n0, BLOCK_N, Lk, Lq, -off - wr, wl - off, BLOCK_M)
     for g in range(0, G):
         h = hk * G + g
         qp = Q + b * sqb + h * sqh + (lo + offs_m).to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
@@ -360,12 +352,12 @@ def _attn_bwd_dkdv_kernel(
             rows = start_m + offs_m
             qph = qp
             doph = dop
-            if VEC:
+            if FULL:
                 qph = tl.max_contiguous(tl.multiple_of(qp, [16, 1]), [16, 1])
                 doph = tl.max_contiguous(tl.multiple_of(dop, [1, 16]), [1, 16])
             qmask = rows[None, :] < Lq
             dmask = rows[:, None] < Lq
-            if not EVEN_D:
+            if not FULL:
                 qmask = qmask & (offs_d[:, None] < D)
                 dmask = dmask & (offs_dv[None, :] < Dv)
             qT = tl.load(qph, mask=qmask, other=0.0)
@@ -373,24 +365,24 @@ def _attn_bwd_dkdv_kernel(
             lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq, F64)
             masked = (start_m < r1) | (start_m >= r2)
             sT = tl.dot(k, qT, input_precision="ieee", out_dtype=CT)  # [BLOCK_N, BLOCK_M]
-            sT, th = _scores(sT, sc, cm, SOFTCAP)
+            sT, th = _scores(sT, sc, cm, capped)
             pT = _exp(sT - lse[None, :], F64)
             if masked:
-                pT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT)), pT, 0.0)
+                pT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), pT, 0.0)
             dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
             dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
             dsT = pT * (dpT - delta[None, :])
-            if SOFTCAP:
+            if capped != 0:
                 dsT = dsT * (1 - th * th)
             if masked:
-                dsT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT)), dsT, 0.0)
+                dsT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), dsT, 0.0)
             dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision="ieee", out_dtype=CT)
             qp += tl.cast(sqm, tl.int64) * BLOCK_M
             dop += tl.cast(sdm, tl.int64) * BLOCK_M
     dk = dk * gs
     dk_ptrs = GA + b * sgb + hk * sgh + cols.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
     dv_ptrs = GB + b * sub + hk * suh + cols.to(tl.int64)[:, None] * sun + offs_dv[None, :].to(tl.int64) * sud
-    if VEC:
+    if FULL:
         dk_ptrs = tl.max_contiguous(tl.multiple_of(dk_ptrs, [1, 16]), [1, 16])
         dv_ptrs = tl.max_contiguous(tl.multiple_of(dv_ptrs, [1, 16]), [1, 16])
     tl.store(dk_ptrs, to_out(dk, GA.dtype.element_ty), mask=kmask)
@@ -402,10 +394,9 @@ def _attn_bwd_dq_kernel(
     Q, K, V, DO, LSE, DELTA, GA, GB,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sub, suh, sun, sud,
-    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
+    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr, capped,
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
-    F64: tl.constexpr, SOFTCAP: tl.constexpr, LEFT: tl.constexpr, RIGHT: tl.constexpr,
-    EVEN_D: tl.constexpr, VEC: tl.constexpr,
+    F64: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     """dq (GA) of BLOCK_M queries of one head (GB is unused: the dk/dv kernel's signature)."""
@@ -430,53 +421,53 @@ def _attn_bwd_dq_kernel(
     rmask = rows[:, None] < Lq
     qmask = rmask
     dmask = rmask
-    if not EVEN_D:
+    if not FULL:
         qmask = qmask & (offs_d[None, :] < D)
         dmask = dmask & (offs_dv[None, :] < Dv)
     q_ptrs = Q + b * sqb + h * sqh + rows.to(tl.int64)[:, None] * sqm + offs_d[None, :].to(tl.int64) * sqd
     do_ptrs = DO + b * sdb + h * sdh + rows.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
-    if VEC:
+    if FULL:
         q_ptrs = tl.max_contiguous(tl.multiple_of(q_ptrs, [1, 16]), [1, 16])
         do_ptrs = tl.max_contiguous(tl.multiple_of(do_ptrs, [1, 16]), [1, 16])
     q = tl.load(q_ptrs, mask=qmask, other=0.0)
     do = tl.load(do_ptrs, mask=dmask, other=0.0)
     lse, delta = _row_stats(LSE + bh.to(tl.int64) * Lq, DELTA + bh.to(tl.int64) * Lq, rows, Lq, F64)
     dq = tl.zeros([BLOCK_M, BLOCK_D], CT)
-    lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, LEFT, RIGHT, BLOCK_N)
+    lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, BLOCK_N)
     kp = K + b * skb + hk * skh + (lo + offs_n).to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
     vp = V + b * svb + hk * svh + (lo + offs_n).to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + offs_n
         kph = kp
         vph = vp
-        if VEC:
+        if FULL:
             kph = tl.max_contiguous(tl.multiple_of(kp, [16, 1]), [16, 1])
             vph = tl.max_contiguous(tl.multiple_of(vp, [16, 1]), [16, 1])
         kmask = cols[None, :] < Lk
         vmask = kmask
-        if not EVEN_D:
+        if not FULL:
             kmask = kmask & (offs_d[:, None] < D)
             vmask = vmask & (offs_dv[:, None] < Dv)
         kT = tl.load(kph, mask=kmask, other=0.0)
         vT = tl.load(vph, mask=vmask, other=0.0)
         masked = (start_n < r1) | (start_n >= r2)
         s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
-        s, th = _scores(s, sc, cm, SOFTCAP)
+        s, th = _scores(s, sc, cm, capped)
         p = _exp(s - lse[:, None], F64)
         if masked:
-            p = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT), p, 0.0)
+            p = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr), p, 0.0)
         dp = tl.dot(do, vT, input_precision="ieee", out_dtype=CT)
         ds = p * (dp - delta[:, None])
-        if SOFTCAP:
+        if capped != 0:
             ds = ds * (1 - th * th)
         if masked:
-            ds = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr, LEFT, RIGHT), ds, 0.0)
+            ds = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr), ds, 0.0)
         dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision="ieee", out_dtype=CT)
         kp += tl.cast(skn, tl.int64) * BLOCK_N
         vp += tl.cast(svn, tl.int64) * BLOCK_N
     dq = dq * gs
     dq_ptrs = GA + b * sgb + h * sgh + rows.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
-    if VEC:
+    if FULL:
         dq_ptrs = tl.max_contiguous(tl.multiple_of(dq_ptrs, [1, 16]), [1, 16])
     tl.store(dq_ptrs, to_out(dq, GA.dtype.element_ty), mask=qmask)
 
@@ -636,12 +627,22 @@ def _factors(dtype, scale, softcap) -> tuple:
 
 
 def _mask_args(Lq: int, Lk: int, left, right):
-    """(off, wl, wr, LEFT, RIGHT): bottom-right alignment, window sides clamped to Lq + Lk (a
-    wider side masks nothing) so that every index sum stays in 32 bits."""
+    """(off, wl, wr): bottom-right alignment, and the window sides clamped to Lq + Lk + 1, the
+    width of an unbounded side (None): a side that wide masks nothing, and every index sum stays
+    in 32 bits. The kernels take no constexpr for the window: masked or not, one compiled kernel
+    per dtype and block shape (the masks cost two comparisons per element, in the blocks on a
+    mask's edge only)."""
     cap = Lq + Lk + 1
-    wl = 0 if left is None else min(left, cap)
-    wr = 0 if right is None else min(right, cap)
-    return Lk - Lq, wl, wr, left is not None, right is not None
+    wl = cap if left is None else min(left, cap)
+    wr = cap if right is None else min(right, cap)
+    return Lk - Lq, wl, wr
+
+
+def _full(tensors, D: int, Dv: int, bd: int, bdv: int) -> bool:
+    """The FULL constexpr: head dimensions that fill their blocks and 16-byte vectors along them
+    (_vec). One flag for both: a partial block masks the head dimension with a runtime bound, and
+    then no load is vectorized anyway, nor is an unaligned one whose block is full."""
+    return bd == D and bdv == Dv and _vec(tensors)
 
 
 _LAUNCHERS: dict = {}
@@ -676,14 +677,13 @@ def forward(q, k, v, scale: float, left, right, softcap):
     F64 = q.dtype == torch.float64
     bm, bn, warps, stages = fwd_config(q.dtype, D, Dv)
     bd, bdv = _padded(D), _padded(Dv)
-    off, wl, wr, LEFT, RIGHT = _mask_args(Lq, Lk, left, right)
-    L.note_variant("attention_fwd", dtype=str(q.dtype), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv,
-                   SOFTCAP=bool(softcap), LEFT=LEFT, RIGHT=RIGHT)
+    off, wl, wr = _mask_args(Lq, Lk, left, right)
+    full = _full((q, k, v, o), D, Dv, bd, bdv)
+    L.note_variant("attention_fwd", dtype=str(q.dtype), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv, FULL=full)
     args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            Hq, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap)[:6])
+            Hq, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, int(bool(softcap)), *_factors(q.dtype, scale, softcap)[:6])
     _launch(_attn_fwd_kernel, _grid(triton.cdiv(Lq, bm), B * Hq), args,
-            dict(F64=F64, SOFTCAP=bool(softcap), LEFT=LEFT, RIGHT=RIGHT, EVEN_D=(bd == D and bdv == Dv),
-                 VEC=_vec((q, k, v, o)), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv), warps, stages)
+            dict(F64=F64, FULL=full, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv), warps, stages)
     return o, lse
 
 
@@ -711,13 +711,13 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
             dict(F64=F64, HAS_DLSE=has_dlse, BLOCK_R=br, BLOCK_DV=bdv), 4, 1)
     bm1, bn1, bm2, bn2, warps, stages = bwd_config(q.dtype, D, Dv)
     bd = _padded(D)
-    off, wl, wr, LEFT, RIGHT = _mask_args(Lq, Lk, left, right)
+    off, wl, wr = _mask_args(Lq, Lk, left, right)
+    full = _full((q, k, v, do, dq, dk, dv), D, Dv, bd, bdv)
     L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
-                   BLOCK_D=bd, BLOCK_DV=bdv, SOFTCAP=bool(softcap), LEFT=LEFT, RIGHT=RIGHT)
+                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
-    const = dict(F64=F64, SOFTCAP=bool(softcap), LEFT=LEFT, RIGHT=RIGHT, EVEN_D=(bd == D and bdv == Dv),
-                 VEC=_vec((q, k, v, do, dq, dk, dv)), BLOCK_D=bd, BLOCK_DV=bdv)
+    ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, int(bool(softcap)), *_factors(q.dtype, scale, softcap))
+    const = dict(F64=F64, FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
     _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
             (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
             dict(const, BLOCK_M=bm1, BLOCK_N=bn1), warps, stages)

@@ -92,7 +92,7 @@ def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
 # would make a GPU run of the suite mostly compilation. What those specializations bought is passed
 # as two constexprs instead: VEC (rows 16-byte aligned, row length a multiple of 16: vectorized
 # access, see below) and YCOL/DCOL (output columns contiguous or strided). Even those are
-# combined into three layouts (_layout), not their eight combinations: see there.
+# combined into five layouts (_layout), not their twelve combinations: see there.
 _NO_SPEC = ["n_rows", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "syc",
             "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
 _NO_ALIGN = _NO_SPEC + ["X", "Y", "PM", "PS", "A", "G", "DX", "PK"]  # (ints too: some versions key "% 16" on this list)
@@ -597,18 +597,21 @@ def _layout(plan: L.RowPlan, vec: bool, col_stride: int) -> dict:
     Each combination is one more compiled kernel per op, dtype and block width, and the property
     suite draws them all: on a GPU its run was mostly compilation (4,843 kernels; 1,479 forward
     variants, nearly the whole product of 2 x 2 x 3 layout combinations with the ops, dtypes and
-    widths). So four layouts, not twelve:
+    widths). So five layouts, not twelve:
       VEC, one batch axis, contiguous output columns: the benchmarks' and most callers' tensors;
       VEC, two batch axes: permuted batch views whose rows are still aligned;
-      not VEC (rows unaligned or not a multiple of 16 long), two batch axes;
+      not VEC (rows unaligned or not a multiple of 16 long), one batch axis;
+      not VEC, two batch axes;
       strided output columns (a reduction over a non-last axis), not VEC, two batch axes.
-    The non-vectorized layouts take the two-axis row offsets, whose per-row 64-bit division
-    costs them little next to their unvectorized access. For one batch axis the two-axis
-    formula (n1 = n_rows, s0 = 0) gives the same offsets, and strided columns always take
-    64-bit offsets, so every layout computes the same values (bitwise layout invariance)."""
+    Unaligned rows keep the one-axis offsets: giving them the two-axis formula (a 64-bit
+    division per row) made rows of 17 columns 1.7-4.5x slower and rows of 1,000 columns up to
+    1.2x slower on an H200 (docs/tuning.md). Strided columns take the two-axis offsets, whose
+    cost is small next to their strided access. For one batch axis the two-axis formula
+    (n1 = n_rows, s0 = 0) gives the same offsets, and strided columns always take 64-bit
+    offsets, so every layout computes the same values (bitwise layout invariance)."""
     col = COL_CONTIG if col_stride == 1 else COL_STRIDED
     vec = bool(vec) and col == COL_CONTIG
-    return dict(VEC=vec, TWO_AXES=plan.n1 < plan.n_rows or not vec, COL=col)
+    return dict(VEC=vec, TWO_AXES=plan.n1 < plan.n_rows or col == COL_STRIDED, COL=col)
 
 
 def _looped(plan: L.RowPlan, dtype: torch.dtype, device) -> bool:
