@@ -16,7 +16,7 @@ import torch
 
 def t64(values, dtype=torch.float64) -> torch.Tensor:
     """A tensor of the given values (an op's edge rows, OpSpec.semantics)."""
-    return torch.tensor(values, dtype=dtype)
+    return torch.tensor(values, dtype=dtype, device="cpu")
 
 
 def row64(values) -> torch.Tensor:

@@ -69,7 +69,7 @@ class OnlineMerge(RuleBasedStateMachine):
         before = self.acc
         self.acc = self._merge(e, before, f"*({ecode})", "*acc") if on_left else self._merge(before, e, "*acc", f"*({ecode})")
         for got, want, nm in zip(self.acc, before, ("x", "lse")):
-            bad = ~bits_equal(got, want) if got.shape == want.shape else torch.ones(want.shape, dtype=torch.bool)
+            bad = ~bits_equal(got, want) if got.shape == want.shape else torch.ones(want.shape, dtype=torch.bool, device=want.device)
             if got.shape != want.shape or bool(bad.any()):
                 with checking("online_accumulator", "strict"):
                     fail(self.case, self.TARGET, f"merging an empty state changed the accumulator's {nm}",

@@ -122,7 +122,7 @@ def worst(bad: torch.Tensor, score: torch.Tensor):
     """Index of the worst failing element (largest score among the bad ones)."""
     s = torch.where(bad, torch.nan_to_num(score.double(), nan=math.inf, posinf=math.inf), -1.0)
     flat = int(torch.argmax(s.reshape(-1)))
-    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), bad.shape))
+    return tuple(int(i) for i in torch.unravel_index(torch.tensor(flat, device="cpu"), bad.shape))
 
 
 def finite_rows(t: torch.Tensor) -> torch.Tensor:

@@ -186,7 +186,7 @@ def _seed(case, salt: str) -> int:
 def _seeded(case, salt: str, shape, dtype, device) -> torch.Tensor:
     """Normal values rounded to dtype, seeded by the case's recipe (a replay gets the same)."""
     gen = torch.Generator().manual_seed(_seed(case, salt))
-    return torch.randn(tuple(shape), generator=gen, dtype=torch.float64).to(dtype).to(device)
+    return torch.randn(tuple(shape), generator=gen, dtype=torch.float64, device="cpu").to(dtype).to(device)
 
 
 def _seeded_code(case, salt: str, shape, dtype) -> str:

@@ -33,7 +33,7 @@ def _backward_oracle(q, k, v, o, lse, do, **options):
 
 
 def _t(values, *shape):
-    return torch.tensor(values, dtype=torch.float64).reshape(*shape)
+    return torch.tensor(values, dtype=torch.float64, device="cpu").reshape(*shape)
 
 
 def _semantics_rows():

@@ -124,8 +124,8 @@ def key_shift(case, target):
     assume(not case.softcap and case.Lk >= 1 and case.Lq >= 1)
     q, k, v = case.tensors(target.device)
     gen = torch.Generator().manual_seed(case.seed + 11)
-    u = ((torch.randint(0, 2, (case.D,), generator=gen) * 2 - 1) * 2.0 ** -torch.randint(0, 2, (case.D,),
-                                                                                        generator=gen)).double()
+    sign = torch.randint(0, 2, (case.D,), generator=gen, device="cpu") * 2 - 1
+    u = (sign * 2.0 ** -torch.randint(0, 2, (case.D,), generator=gen, device="cpu")).double()
     u = u.to(k.device)
     k2 = (k.double() + u).to(k.dtype)
     o1, l1 = _call(case, target, q, k, v)
@@ -153,8 +153,8 @@ def key_shift(case, target):
 def _pow2_shift(case):
     """A row vector c (Dv,) of powers of two (+-1, +-2, +-4), from the case's seed."""
     g = torch.Generator().manual_seed(case.seed + 7)
-    sign = torch.randint(0, 2, (case.Dv,), generator=g) * 2 - 1
-    mag = 2.0 ** torch.randint(0, 3, (case.Dv,), generator=g)
+    sign = torch.randint(0, 2, (case.Dv,), generator=g, device="cpu") * 2 - 1
+    mag = 2.0 ** torch.randint(0, 3, (case.Dv,), generator=g, device="cpu")
     return (sign * mag).to(torch.float64)
 
 
@@ -215,7 +215,8 @@ def _invisible_change(case, q):
     side = "prefix" if case.seed % 3 == 2 else "suffix"
     best = None
     for J0 in range(1, case.Lk):
-        keys = torch.arange(case.Lk) >= J0 if side == "suffix" else torch.arange(case.Lk) < J0
+        keys = torch.arange(case.Lk, device=vis.device)
+        keys = keys >= J0 if side == "suffix" else keys < J0
         rows = ~(vis & keys).any(-1) & vis.any(-1)
         if bool(rows.any()) and (best is None or int(rows.sum()) * int(keys.sum()) > best[3]):
             best = (side, J0, rows, int(rows.sum()) * int(keys.sum()))

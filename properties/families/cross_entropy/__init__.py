@@ -29,7 +29,7 @@ def _ce_rows(backward: bool):
         x, t = t64(logits).reshape(-1, V), t64(tgt, torch.int64)
         options = dict(reduction=red, label_smoothing=eps)
         if backward:
-            dloss = torch.ones(t.shape if red == "none" else (), dtype=torch.float64)
+            dloss = torch.ones(t.shape if red == "none" else (), dtype=torch.float64, device=t.device)
             rows.append((what, (x, t, dloss), options, (t64(grad).reshape(x.shape),)))
         else:
             rows.append((what, (x, t), options, (t64(loss),)))

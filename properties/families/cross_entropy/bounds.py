@@ -186,5 +186,5 @@ def ce_options_grad_bound(u, p, y, lse, lse_err, dy, J, dJ, w, wt, eps, z, sc, z
 def L_of(dy, lse_err):
     """The error of a row's lse: lse_err (at the y) + max_j dy_j (the y's errors, lse being
     1-Lipschitz in the max norm)."""
-    D = torch.where(torch.isfinite(dy), dy, 0.0).amax(-1) if dy.shape[-1] else torch.zeros(dy.shape[:-1])
+    D = torch.where(torch.isfinite(dy), dy, 0.0).amax(-1) if dy.shape[-1] else torch.zeros(dy.shape[:-1], dtype=dy.dtype, device=dy.device)
     return D + lse_err

@@ -72,8 +72,8 @@ class CECase(OpCase):
     def _reps(self) -> int:
         return -(-self.V // len(self.weight))
 
-    def oracle_options(self, device="cpu") -> dict:
-        """The options as the FP64 oracle takes them (weights in float64)."""
+    def oracle_options(self, device) -> dict:
+        """The options as the FP64 oracle takes them (weights in float64, on device: the logits')."""
         return dict(weight=self.weight_tensor(device, torch.float64), z_loss=self.z_loss, softcap=self.softcap,
                     logit_scale=self.logit_scale)
 

@@ -350,7 +350,7 @@ def _judged(case, args, ref):
     """The outputs both calls' default truths judge (ce_options_mask, or the plain one)."""
     from .truth import ce_options_mask
     only = ce_options_mask(case, args, ref.shape) if case.options() else ce_default_mask(case, args, ref.shape)
-    return torch.ones(ref.shape, dtype=torch.bool) if only is None else only
+    return torch.ones(ref.shape, dtype=torch.bool, device=ref.device) if only is None else only
 
 
 @invariant(cross_entropy, needs=("option:z_loss",), families=(CE_OPTIONS + ":z_loss",), max_cols=OPTION_LAW_COLS)
@@ -365,7 +365,7 @@ def ce_z_loss_term(case, target):
     with_z = op_call(case, target, *args).double()
     without = op_call(off, target, *args, z_loss=0.0).double()
     x64, t = args[0].detach().double(), args[1]
-    o = case.oracle_options()
+    o = case.oracle_options(x64.device)
     if case.spec.is_vjp:
         full = oracles.ce.cross_entropy_backward(x64, t, args[2], case.ignore_index, case.reduction,
                                                  case.label_smoothing, **o)
@@ -400,7 +400,7 @@ def ce_softcap_is_capped_logits(case, target):
     x64, t = args[0].detach().double(), args[1]
     c, s = float(case.softcap), float(case.logit_scale)
     y = c * torch.tanh(x64 * s / c)
-    o = {**case.oracle_options(), "softcap": None, "logit_scale": 1.0}
+    o = {**case.oracle_options(x64.device), "softcap": None, "logit_scale": 1.0}
     if case.spec.is_vjp:
         dydx = s / torch.cosh(x64 * s / c) ** 2
         ref = oracles.ce.cross_entropy_backward(y, t, args[2], case.ignore_index, case.reduction,

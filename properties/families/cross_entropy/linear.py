@@ -176,7 +176,7 @@ def lce_extra(case, z, dz, reduction, t):
     reduced as the loss (the mean over the count of counted rows)."""
     J = oracles.ce.transform_grad(z, case.softcap, case.logit_scale).abs()
     y = oracles.ce.transform(z, case.softcap, case.logit_scale)
-    D = (J * dz).amax(-1) if z.shape[-1] else torch.zeros(z.shape[:-1], dtype=torch.float64)
+    D = (J * dz).amax(-1) if z.shape[-1] else torch.zeros(z.shape[:-1], dtype=torch.float64, device=z.device)
     lse = torch.logsumexp(y, -1).abs() if z.shape[-1] else D
     rows = 2 * D + case.z_loss * (2 * lse * D + D * D)
     rows = torch.where(t == case.ignore_index, 0.0, rows)
@@ -245,7 +245,7 @@ def lce_is_cross_entropy_of_logits(case, target):
     _, tol_ce = ce_truth(view, [z, t])
     z64 = oracles.linear_cross_entropy.logits(hidden, weight, bias)
     extra = lce_extra(case, z64, logits_error(case, hidden, weight, bias), case.reduction, t)
-    only = lt.only if lt.only is not None else torch.ones(lt.ref.shape, dtype=torch.bool)
+    only = lt.only if lt.only is not None else torch.ones(lt.ref.shape, dtype=torch.bool, device=lt.ref.device)
     assert_close(case, target, a, b, torch.nan_to_num(lt.tol + tol_ce + extra, nan=0.0),
                  "linear_cross_entropy != cross_entropy(hidden @ weight.T + bias)",
                  f"{case.call_code()}\nfirst = out\nz = hidden @ weight.T" + (" + b" if case.bias else "")
@@ -280,7 +280,7 @@ def lce_rows_split_recombine(case, target):
     else:
         assume(count > 0)
         rec, tol = (pa + pb) / count, tw.tol + (ta + tb) / count
-    only = tw.only if tw.only is not None else torch.ones(tw.ref.shape, dtype=torch.bool)
+    only = tw.only if tw.only is not None else torch.ones(tw.ref.shape, dtype=torch.bool, device=tw.ref.device)
     only = only & torch.isfinite(rec)
     assert_close(case, target, whole, rec, torch.nan_to_num(tol, nan=0.0),
                  f"rows split at {k} and recombined ({red}) != one call", only=only)

@@ -100,7 +100,7 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.
             # (the second term, the sum, and at j = t the first); dx_j = g_j - p_j sum_k g_k
             # carries dg_j + p_j sum_k |dg_k|
             terms = ((1 - eps) * hot + eps / V) * scale.abs()[..., None]
-            eta = 0.5 * float(tolerances.ulp(torch.zeros(()), case.dtype))
+            eta = 0.5 * float(tolerances.ulp(torch.zeros((), device="cpu"), case.dtype))
             dg = 2 * u * terms + (2 + hot) * eta
             eps_g = eps_g + dg + y * dg.sum(-1, keepdim=True)
         if red == "mean" and case.dtype in (torch.float16, torch.bfloat16):
@@ -144,12 +144,12 @@ def ce_options_truth(case, args, red, eps, depth, strict):
     dep = depth(V)
     p, fin, H, logs, lse, ign, tc = _rows(y, t, ign_idx)
     w = w0 if w0 is not None else torch.ones(V, dtype=torch.float64, device=x64.device)
-    wt = torch.where(ign, 0.0, w[tc]) if V else torch.zeros(t.shape, dtype=torch.float64)
-    yt = torch.gather(y, -1, tc[..., None])[..., 0] if V else torch.zeros(t.shape, dtype=torch.float64)
+    wt = torch.where(ign, 0.0, w[tc]) if V else torch.zeros(t.shape, dtype=torch.float64, device=x64.device)
+    yt = torch.gather(y, -1, tc[..., None])[..., 0] if V else torch.zeros(t.shape, dtype=torch.float64, device=x64.device)
     yt = torch.where(torch.isfinite(yt), yt, 0.0)
     uy = _u16(case.dtype, strict)
     dy = B.transformed_logit_error(uy, x64, c, s, y)
-    dyt = torch.gather(dy, -1, tc[..., None])[..., 0] if V else torch.zeros(t.shape, dtype=torch.float64)
+    dyt = torch.gather(dy, -1, tc[..., None])[..., 0] if V else torch.zeros(t.shape, dtype=torch.float64, device=x64.device)
     units = (tolerances.TABLE[case.dtype].u_c, tolerances.U_ORACLE)
     lse_err = tuple(B.ce_lse_error(u, lse, H, dep, logs) for u in units)
     sixteen = not strict and case.dtype in (torch.float16, torch.bfloat16)
@@ -161,7 +161,7 @@ def ce_options_truth(case, args, red, eps, depth, strict):
                                               dyt if u != tolerances.U_ORACLE else 0 * dyt, w, wt, eps, z, fin)
                       for u, le in zip(units, lse_err))
         if sixteen:
-            W = torch.maximum(wt.abs(), w.abs().amax() if V else torch.zeros(()))
+            W = torch.maximum(wt.abs(), w.abs().amax() if V else torch.zeros((), dtype=torch.float64, device=x64.device))
             row_eps = row_eps + W * _rounded_log_probs(case.dtype, y, lse, yt, eps, red)
             ulp2 = 2 * tolerances.ulp(torch.nan_to_num(ce_rows.abs(), posinf=0.0), case.dtype)
             row_eps = row_eps + ulp2
@@ -202,9 +202,9 @@ def ce_options_truth(case, args, red, eps, depth, strict):
         eps_g = eps_g + B.ce_options_grad_bound(u, p, y, lse, le, yerr, J, dJ, w, wt, eps, z, sc, zsc, hot, dxy)
     if sixteen:
         u16 = 2.0 ** -tolerances.TABLE[case.dtype].precision
-        eta = 0.5 * float(tolerances.ulp(torch.zeros(()), case.dtype))
+        eta = 0.5 * float(tolerances.ulp(torch.zeros((), device="cpu"), case.dtype))
         gy = ref.abs() / J.abs().clamp_min(1e-300)
-        W = torch.maximum(wt.abs(), w.abs().amax() if V else torch.zeros(()))[..., None]
+        W = torch.maximum(wt.abs(), w.abs().amax() if V else torch.zeros((), dtype=torch.float64, device=x64.device))[..., None]
         # log-probabilities rounded to the dtype move p by p expm1(u16 |y - lse|) (ce_truth's)
         rnd = W * p * torch.expm1(u16 * dxy) * sc.abs()[..., None]
         eps_g = eps_g + J.abs() * (torch.nan_to_num(rnd, nan=0.0) + 3 * u16 * torch.nan_to_num(gy, posinf=0.0)
@@ -339,7 +339,7 @@ def scaled_in_range(case, args, out_shape, strict=False):
         return None
     if case.spec.is_vjp:
         return ~over[..., None].expand(out_shape)
-    return ~over.reshape(out_shape) if case.reduction == "none" else torch.zeros(out_shape, dtype=torch.bool)
+    return ~over.reshape(out_shape) if case.reduction == "none" else torch.zeros(out_shape, dtype=torch.bool, device=x.device)
 
 
 def ce_options_mask(case, args, out_shape):

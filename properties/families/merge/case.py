@@ -174,7 +174,7 @@ class MergeCase(OpCase):
         g = dict(self.garbage)
         for c in chunks:
             if c in g:
-                x = torch.where((lse == -math.inf)[..., None], torch.tensor(g[c], dtype=torch.float64).to(self.dtype).to(x.device), x)
+                x = torch.where((lse == -math.inf)[..., None], torch.tensor(g[c], dtype=torch.float64, device=x.device).to(self.dtype), x)
                 break
         return x, lse
 
