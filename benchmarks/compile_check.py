@@ -176,16 +176,18 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
 
 # attention (kernels/_attention.py): forward, the backward's delta, dk/dv and dq kernels, every
 # dtype at its GPU block shapes (kernels/tuning.py) for head dimensions 64, 128 and 256, full
-# blocks with 16-byte vectors (FULL) or not; softcap and window are runtime arguments
+# blocks with 16-byte vectors (FULL) or not, with and without softcap (the window is a runtime
+# argument)
 import time
 import torch
 from softmax_properties.kernels import _attention as AT
 _TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
-for dt, bd, full in (("bf16", 64, True), ("bf16", 128, True), ("fp16", 128, False), ("bf16", 256, True),
-                     ("fp32", 64, True), ("fp32", 128, False), ("fp64", 64, False), ("fp64", 256, True)):
+for dt, bd, full, softcap in (("bf16", 64, True, False), ("bf16", 128, True, True), ("fp16", 128, False, True),
+                              ("bf16", 256, True, False), ("bf16", 16, True, True), ("fp32", 64, True, False),
+                              ("fp32", 128, False, True), ("fp64", 64, False, True), ("fp64", 256, True, False)):
     lse = _LSE[dt]
-    flags = {"F64": dt == "fp64", "FULL": full, "BLOCK_D": bd, "BLOCK_DV": bd}
-    bm, bn, warps, stages = AT._table(_TORCH[dt], True)[bd]
+    flags = {"F64": dt == "fp64", "SOFTCAP": softcap, "FULL": full, "BLOCK_D": bd, "BLOCK_DV": bd}
+    bm, bn, warps, stages = AT._table(_TORCH[dt], True)[max(bd, 64)]
     s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": f"*{lse}", **{n: "i32" for n in AT._FWD_INTS},
          **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2")}}
     c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
@@ -193,10 +195,10 @@ for dt, bd, full in (("bf16", 64, True), ("bf16", 128, True), ("fp16", 128, Fals
         t0 = time.perf_counter()
         triton.compile(ASTSource(AT._attn_fwd_kernel, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
                        options={"num_warps": warps, "num_stages": stages})
-        print(f"attention fwd ok {dt} D={bd} FULL={full} ({time.perf_counter() - t0:.1f} s)")
+        print(f"attention fwd ok {dt} D={bd} FULL={full} SOFTCAP={softcap} ({time.perf_counter() - t0:.1f} s)")
     except Exception as e:
         print("attention fwd FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
-    bm1, bn1, bm2, bn2, warps, stages = AT._table(_TORCH[dt], False)[bd]
+    bm1, bn1, bm2, bn2, warps, stages = AT._table(_TORCH[dt], False)[max(bd, 64)]
     s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
          "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
          **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
@@ -206,7 +208,7 @@ for dt, bd, full in (("bf16", 64, True), ("bf16", 128, True), ("fp16", 128, Fals
             t0 = time.perf_counter()
             triton.compile(ASTSource(kern, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
                            options={"num_warps": warps, "num_stages": stages})
-            print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} ({time.perf_counter() - t0:.1f} s)")
+            print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap} ({time.perf_counter() - t0:.1f} s)")
         except Exception as e:
             print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
     s = {"O": f"*{dt}", "DO": f"*{dt}", "DLSE": f"*{lse}", "DELTA": f"*{lse}", **{n: "i32" for n in AT._DELTA_INTS}}

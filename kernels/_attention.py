@@ -51,11 +51,11 @@ _LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 MAX_HEAD_DIM = 256
 
 _FWD_INTS = ["sqb", "sqh", "sqm", "sqd", "skb", "skh", "skn", "skd", "svb", "svh", "svn", "svd",
-             "sob", "soh", "som", "sod", "Hq", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr", "capped"]
+             "sob", "soh", "som", "sod", "Hq", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr"]
 _FWD_PTRS = ["Q", "K", "V", "O", "LSE"]
 _BWD_INTS = ["sqb", "sqh", "sqm", "sqd", "skb", "skh", "skn", "skd", "svb", "svh", "svn", "svd",
              "sdb", "sdh", "sdm", "sdd", "sgb", "sgh", "sgn", "sgd", "sub", "suh", "sun", "sud",
-             "Hq", "Hkv", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr", "capped"]
+             "Hq", "Hkv", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr"]
 _BWD_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "GB"]
 _DELTA_INTS = ["n_rows", "Hq", "Lq", "Dv", "sob", "soh", "som", "sod", "sdb", "sdh", "sdm", "sdd", "sl0"]
 _DELTA_PTRS = ["O", "DO", "DLSE", "DELTA"]
@@ -114,17 +114,16 @@ def _join(x0, x1, x2, F64: tl.constexpr):
 
 
 @triton.jit
-def _scores(s, sc, cm, capped):
+def _scores(s, sc, cm, SOFTCAP: tl.constexpr):
     """Raw dot products -> scores: s sc, or cm tanh(s sc) with softcap (sc = scale / c, cm = c).
-    Returns (scores, tanh). capped is a runtime flag (a uniform branch), not a constexpr: one
-    compiled kernel serves both."""
-    th = s
-    if capped != 0:
+    Returns (scores, tanh). A constexpr, not a runtime flag: a runtime branch here (a uniform
+    scf.if yielding the scores inside the pipelined key loop) fails Triton 3.6's software
+    pipeliner on the 16-bit, vectorized variants (PassManager::run failed)."""
+    if SOFTCAP:
         th = _tanh(s * sc)
-        s = cm * th
+        return cm * th, th
     else:
-        s = s * sc
-    return s, th
+        return s * sc, s
 
 
 @triton.jit
@@ -171,9 +170,9 @@ def _ranges(a0, BA: tl.constexpr, n_a, n_b, lo_off, hi_off, BB: tl.constexpr):
 def _attn_fwd_kernel(
     Q, K, V, O, LSE,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod,
-    Hq, G, Lq, Lk, D, Dv, off, wl, wr, capped,
+    Hq, G, Lq, Lk, D, Dv, off, wl, wr,
     sc0, sc1, sc2, cm0, cm1, cm2,
-    F64: tl.constexpr, FULL: tl.constexpr,
+    F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
@@ -223,7 +222,7 @@ def _attn_fwd_kernel(
         kT = tl.load(kph, mask=kmask, other=0.0)
         v = tl.load(vph, mask=vmask, other=0.0)
         s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
-        s, th = _scores(s, sc, cm, capped)
+        s, th = _scores(s, sc, cm, SOFTCAP)
         if (start_n < r1) | (start_n >= r2):
             s = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr), s, float("-inf"))
         m_new = tl.maximum(m_i, rowmax(s), propagate_nan=tl.PropagateNan.ALL)
@@ -304,9 +303,9 @@ def _attn_bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, GA, GB,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sub, suh, sun, sud,
-    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr, capped,
+    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
-    F64: tl.constexpr, FULL: tl.constexpr,
+    F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads."""
@@ -365,14 +364,14 @@ def _attn_bwd_dkdv_kernel(
             lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq, F64)
             masked = (start_m < r1) | (start_m >= r2)
             sT = tl.dot(k, qT, input_precision="ieee", out_dtype=CT)  # [BLOCK_N, BLOCK_M]
-            sT, th = _scores(sT, sc, cm, capped)
+            sT, th = _scores(sT, sc, cm, SOFTCAP)
             pT = _exp(sT - lse[None, :], F64)
             if masked:
                 pT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), pT, 0.0)
             dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
             dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
             dsT = pT * (dpT - delta[None, :])
-            if capped != 0:
+            if SOFTCAP:
                 dsT = dsT * (1 - th * th)
             if masked:
                 dsT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), dsT, 0.0)
@@ -394,9 +393,9 @@ def _attn_bwd_dq_kernel(
     Q, K, V, DO, LSE, DELTA, GA, GB,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sub, suh, sun, sud,
-    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr, capped,
+    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
-    F64: tl.constexpr, FULL: tl.constexpr,
+    F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     """dq (GA) of BLOCK_M queries of one head (GB is unused: the dk/dv kernel's signature)."""
@@ -452,13 +451,13 @@ def _attn_bwd_dq_kernel(
         vT = tl.load(vph, mask=vmask, other=0.0)
         masked = (start_n < r1) | (start_n >= r2)
         s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
-        s, th = _scores(s, sc, cm, capped)
+        s, th = _scores(s, sc, cm, SOFTCAP)
         p = _exp(s - lse[:, None], F64)
         if masked:
             p = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr), p, 0.0)
         dp = tl.dot(do, vT, input_precision="ieee", out_dtype=CT)
         ds = p * (dp - delta[:, None])
-        if capped != 0:
+        if SOFTCAP:
             ds = ds * (1 - th * th)
         if masked:
             ds = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr), ds, 0.0)
@@ -629,9 +628,9 @@ def _factors(dtype, scale, softcap) -> tuple:
 def _mask_args(Lq: int, Lk: int, left, right):
     """(off, wl, wr): bottom-right alignment, and the window sides clamped to Lq + Lk + 1, the
     width of an unbounded side (None): a side that wide masks nothing, and every index sum stays
-    in 32 bits. The kernels take no constexpr for the window: masked or not, one compiled kernel
-    per dtype and block shape (the masks cost two comparisons per element, in the blocks on a
-    mask's edge only)."""
+    in 32 bits. The kernels take no constexpr for the window: windowed or not, causal or not, the
+    same compiled kernel (the masks cost two comparisons per element, in the blocks on a mask's
+    edge only)."""
     cap = Lq + Lk + 1
     wl = cap if left is None else min(left, cap)
     wr = cap if right is None else min(right, cap)
@@ -679,11 +678,12 @@ def forward(q, k, v, scale: float, left, right, softcap):
     bd, bdv = _padded(D), _padded(Dv)
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, o), D, Dv, bd, bdv)
-    L.note_variant("attention_fwd", dtype=str(q.dtype), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv, FULL=full)
+    L.note_variant("attention_fwd", dtype=str(q.dtype), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv, FULL=full,
+                   SOFTCAP=bool(softcap))
     args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            Hq, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, int(bool(softcap)), *_factors(q.dtype, scale, softcap)[:6])
+            Hq, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap)[:6])
     _launch(_attn_fwd_kernel, _grid(triton.cdiv(Lq, bm), B * Hq), args,
-            dict(F64=F64, FULL=full, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv), warps, stages)
+            dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv), warps, stages)
     return o, lse
 
 
@@ -714,10 +714,10 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, do, dq, dk, dv), D, Dv, bd, bdv)
     L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
-                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full)
+                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap))
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
-    ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, int(bool(softcap)), *_factors(q.dtype, scale, softcap))
-    const = dict(F64=F64, FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
+    ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
+    const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
     _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
             (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
             dict(const, BLOCK_M=bm1, BLOCK_N=bn1), warps, stages)

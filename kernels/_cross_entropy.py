@@ -888,7 +888,10 @@ def _rows(logits: torch.Tensor, target: torch.Tensor):
     x = logits.reshape(-1, V)  # a view where the batch axes merge
     if V > 1 and x.stride(1) != 1:
         x = x.contiguous()
-    return x, target.reshape(-1)
+    # int32 targets are read as int64 (one copy of N indices, next to N x V logits): the target
+    # pointer's dtype is part of every kernel's signature, so each int32 variant would be one more
+    # compiled forward, merge and backward per dtype and tile
+    return x, target.reshape(-1).to(torch.int64)
 
 
 def _vec(V: int, *rows) -> int:
