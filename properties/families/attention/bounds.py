@@ -25,8 +25,12 @@ r_ij = u (2 |d_ij| + 2 H_i + 5 dep_L + 10) (softmax_bound's terms; an online sof
 term once per later key block with a 4u exp each, at most dep_L times); P rounded to the input
 dtype for the P V product (every 16-bit flash kernel and torch's composition) adds u_in (16-bit
 only), and below that dtype's normal range half its subnormal spacing, sub = 2**(emin -
-precision), absolutely. |err P_ij| <= dP_ij = min(P_ij (expm1(E_ij + Emax_i + r_ij) + u_P) + sub,
-1).
+precision), absolutely. On a GPU a weight below the compute precision's smallest normal tiny_c
+may also flush to zero (exp2 and products with FTZ: the float32 ex2.approx.ftz), off by up to
+tiny_c absolutely; the floor the final rounding adds (tolerances.ATOL_FTZ) does not cover it, as
+the matmuls that follow multiply it by sum_j |v_j| (o) or sum_i |q_i| (dk), and a dk of 3e-37
+made of flushed weights came out 0. |err P_ij| <= dP_ij = min(P_ij (expm1(E_ij + Emax_i +
+r_ij) + u_P) + sub + tiny_c, 1).
 
 o_ic = sum_j P_ij v_jc: |err| <= sum_j dP_ij |v_jc| + dep_L u sum_j P_ij |v_jc| (the sum), before
 the final rounding to the output dtype (tolerances.total_tolerance adds half an ulp and the FTZ
@@ -38,7 +42,7 @@ The backward (dq, dk, dv of o's cotangent do): dP_ij = do_i . v_j within (dep_Dv
 are added) within sum_j (dP_ij |dP_ij| + P_ij F_ij) + dep_L u sum_j P_ij |dP_ij| + (eps_o_i +
 ulp(o_i)) . |do_i| + dep_Dv u |o_i|.|do_i|; dS_ij = P_ij (dP_ij - Delta_i) within
 dP_ij |dP_ij - Delta_i| + P_ij (F_ij + eps_Delta_i) + (3u + u_in) |dS_ij| (rounded to the input
-dtype for the next matmuls in 16 bits); with softcap dT = dS (1 - tanh^2(t / c)), within
+dtype for the next matmuls in 16 bits) + tiny_c (a product below the normal range flushed); with softcap dT = dS (1 - tanh^2(t / c)), within
 eps_dS f + |dS| (0.77 E_ij / c + 6u) (|d/dx (1 - tanh^2 x)| <= 0.77); dq_i = scale sum_j dT_ij
 k_j within scale (sum_j eps_dT_ij |k_j| + dep_L u sum_j |dT_ij| |k_j|) + u |dq_i|; dk_j = scale
 sum_i dT_ij q_i and dv_j = sum_i P_ij do_i, summed over the G query heads of a key / value head,
@@ -103,8 +107,9 @@ def _score_error(p: Pieces, u, u_in, dep_D, n_in) -> torch.Tensor:
     return torch.where(p.vis, E, 0.0)
 
 
-def _weights_error(p: Pieces, E, u, u_P, dep_L, extra=None) -> torch.Tensor:
-    """dP_ij, the bound on the error of a computed weight (module docstring)."""
+def _weights_error(p: Pieces, E, u, u_P, dep_L, extra=None, ftz=0.0) -> torch.Tensor:
+    """dP_ij, the bound on the error of a computed weight (module docstring); ftz: tiny_c, or 0
+    for the FP64 oracle's own error."""
     Emax = E.amax(-1, keepdim=True) if E.shape[-1] else E.sum(-1, keepdim=True)
     r = u * (2 * p.d + 2 * p.H[..., None] + 5 * dep_L + 10)
     x = E + Emax + r
@@ -114,7 +119,7 @@ def _weights_error(p: Pieces, E, u, u_P, dep_L, extra=None) -> torch.Tensor:
     # subnormal spacing, 2**(emin - precision), whatever its size (float16: 3e-8 for weights below
     # 6.1e-5)
     sub = 2.0 ** (tolerances.TABLE[p.case.dtype].emin - tolerances.TABLE[p.case.dtype].precision) if u_P else 0.0
-    return torch.where(p.P > 0, torch.clamp(p.P * (torch.expm1(x) + u_P) + sub, max=1.0), 0.0)
+    return torch.where(p.P > 0, torch.clamp(p.P * (torch.expm1(x) + u_P) + sub + ftz, max=1.0), 0.0)
 
 
 def _params(dtype, strict, u):
@@ -123,6 +128,12 @@ def _params(dtype, strict, u):
     if u_in == 0.0 or u < tolerances.TABLE[dtype].u_c:  # 32/64-bit inputs, or the FP64 oracle's own error
         return 0.0, 0, 0.0
     return u_in, (0 if strict else 2), u_in
+
+
+def _ftz(dtype, u) -> float:
+    """tiny_c at the compute precision (a flushed weight or product, module docstring), 0 for the
+    FP64 oracle's own error."""
+    return tolerances.TABLE[dtype].tiny_c if u >= tolerances.TABLE[dtype].u_c else 0.0
 
 
 def _depth(n, strict):
@@ -137,7 +148,7 @@ def forward_eps(p: Pieces, dtype, strict: bool):
         u_in, n_in, u_P = _params(dtype, strict, u)
         dep_D, dep_L = _depth(D, strict), _depth(Lk, strict)
         E = _score_error(p, u, u_in, dep_D, n_in)
-        dP = _weights_error(p, E, u, u_P, dep_L)
+        dP = _weights_error(p, E, u, u_P, dep_L, ftz=_ftz(dtype, u))
         eo = eo + torch.einsum("bhij,bhjd->bhid", dP, p.ve.abs()) \
             + dep_L * u * torch.einsum("bhij,bhjd->bhid", p.P, p.ve.abs())
         Emax = E.amax(-1) if Lk else E.sum(-1)
@@ -167,11 +178,12 @@ def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool):
         dep_D, dep_L, dep_Dv, dep_Q = (_depth(n, strict) for n in (D, Lk, Dv, g * Lq))
         E = _score_error(p, u, u_in, dep_D, n_in)
         lse_round = u * torch.nan_to_num(p.lse.abs(), posinf=0.0, neginf=0.0)
-        dP = _weights_error(p, E, u, u_P, dep_L, extra=lse_round)
+        dP = _weights_error(p, E, u, u_P, dep_L, extra=lse_round, ftz=_ftz(dtype, u))
         F = (dep_Dv * u + n_in * u_in) * Bd
         e_delta = ((dP * dPv.abs()).sum(-1) + (p.P * F).sum(-1) + dep_L * u * (p.P * dPv.abs()).sum(-1)
                    + ((eps_o + ulp_o) * do.abs()).sum(-1) + dep_Dv * u * (o_ref.abs() * do.abs()).sum(-1))
-        e_dS = dP * (dPv - delta[..., None]).abs() + p.P * (F + e_delta[..., None]) + (3 * u + u_r) * dS.abs()
+        e_dS = (dP * (dPv - delta[..., None]).abs() + p.P * (F + e_delta[..., None]) + (3 * u + u_r) * dS.abs()
+                + _ftz(dtype, u))
         if f is not None:
             e_dT = e_dS * f + dS.abs() * (0.77 * E / case.softcap + 6 * u)
         else:
