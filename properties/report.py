@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sysconfig
 import traceback
 
 from .failures import PropertyFailure
@@ -29,6 +30,34 @@ _SEARCH_NOTES = ("Highest target score",)
 
 def _where(filename: str) -> str:
     return os.path.realpath(filename)
+
+
+# packages whose frames are the test runner's (never worth a line of a report), and libraries
+# both the suite and a target call (a frame there is neither's own)
+_RUNNER = {"_pytest", "pytest", "pluggy", "hypothesis", "xdist", "_hypothesis_pytestplugin.py"}
+_LIBRARIES = {"torch", "numpy", "triton"}
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"])
+
+
+def _package(frame) -> str | None:
+    """The installed package a frame's file belongs to (the folder under site-packages), else None."""
+    parts = _where(frame.filename).split(os.sep)
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            i = len(parts) - 1 - parts[::-1].index(marker)
+            return parts[i + 1] if i + 1 < len(parts) else None
+    return None
+
+
+def _runner(frame) -> bool:
+    return _package(frame) in _RUNNER
+
+
+def _library(frame) -> bool:
+    pkg = _package(frame)
+    if pkg is not None:
+        return pkg in _LIBRARIES
+    return _where(frame.filename).startswith(_STDLIB + os.sep) or frame.filename.startswith("<")
 
 
 def law_files() -> set:
@@ -78,13 +107,24 @@ def _one(e: BaseException) -> str:
     lines = []
     if isinstance(e, PropertyFailure):
         lines.append(f"{type(e).__name__}: {e}")
-    else:  # the target (or the suite) raised: show the raising frames outside the suite's machinery
+    else:  # the target or the suite raised: show who, and the frames that say where
         kind = type(e).__qualname__ if type(e).__module__ == "builtins" else f"{type(e).__module__}.{type(e).__qualname__}"
         lines.append(f"{kind}: {e}")
-        frames = [f for f in stack if not is_suite_frame(f)][-MAX_TARGET_FRAMES:]
-        if frames:
-            lines.append("raised at (innermost last):")
-            lines.extend("  " + ln for chunk in traceback.format_list(frames) for ln in chunk.rstrip().splitlines())
+        frames = [f for f in stack if not _runner(f)]
+        owner = next((f for f in reversed(frames) if not _library(f)), None)
+        if owner is not None and is_suite_frame(owner):
+            # the law's own computation raised (directly or through torch), not the target's call:
+            # the frames from the law inward, which the target's frames would otherwise hide
+            files = law_files()
+            first = max((i for i, f in enumerate(frames) if _is_law(f, files)), default=0)
+            shown = frames[first:][-MAX_TARGET_FRAMES:]
+            lines.append("raised in the suite's own code, not in the target's call (a law that cannot take what "
+                         "the target returned, or a bug of the suite), at (innermost last):")
+        else:
+            shown = [f for f in frames if not is_suite_frame(f)][-MAX_TARGET_FRAMES:]
+            if shown:
+                lines.append("raised at (innermost last):")
+        lines.extend("  " + ln for chunk in traceback.format_list(shown) for ln in chunk.rstrip().splitlines())
     lines.extend(_notes(e))
     law = _law_line(stack)
     if law:
