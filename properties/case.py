@@ -41,6 +41,21 @@ def explicit_code(V: torch.Tensor, var: str = "V") -> str:
     return f"{var} = torch.tensor([{flat}], dtype=torch.float64).to({dt}).reshape({tuple(V.shape)}).to(device)"
 
 
+def value_or_recipe(lines: list, V: torch.Tensor, load: str, case, case_import: str, recipe_written: bool) -> bool:
+    """Append to a reproducer's lines the code that sets V: its values written out (up to
+    EXPLICIT_MAX elements), else ``V = <load>``, an expression of ``case`` (the case rebuilt from
+    its repr, written once, after case_import, before the first such tensor). Returns whether the
+    case's recipe is now written."""
+    if V.numel() <= EXPLICIT_MAX:
+        lines.append(explicit_code(V))
+        return recipe_written
+    if not recipe_written:
+        lines.append(f"{case_import}\nfrom softmax_properties.properties.strategies import Layout, Logits")
+        lines.append(f"case = {case!r}")
+    lines.append(f"V = {load}")
+    return True
+
+
 def values_code(V: torch.Tensor, inp, var: str = "V") -> str:
     """Code that rebuilds the logical values V exactly, as the variable `var`."""
     if V.numel() <= EXPLICIT_MAX:
@@ -118,7 +133,7 @@ class Case(OpCase):
         parts = [f"op={self.op}", f"dtype={str(self.dtype).replace('torch.', '')}"]
         for name, t, inp in zip(self.spec.args, ts, self.inputs):
             parts.append(f"{name}: shape={tuple(t.shape)} strides={tuple(t.stride())} "
-                         f"layout={inp.layout.kind}{'(' + str(inp.layout.k) + ')' if inp.layout.k else ''} "
+                         f"layout={inp.layout.label} "
                          f"family={inp.logits.family}")
         return "\n  ".join(parts)
 

@@ -315,6 +315,11 @@ class Layout:
     kind: str = "contiguous"
     k: int = 0
 
+    @property
+    def label(self) -> str:
+        """The layout as a report names it: its kind, and its parameter where it has one."""
+        return f"{self.kind}({self.k})" if self.k else self.kind
+
     def code(self, name: str) -> str:
         nan_full = "torch.full({shape}, float('nan'), dtype=V.dtype, device=V.device)"
         if self.kind == "contiguous":

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ...case import EXPLICIT_MAX, OpCase, explicit_code, preamble
+from ...case import OpCase, preamble, value_or_recipe
 from ...snippets import built
 from ...spec import lse_dtype
 
@@ -243,7 +243,7 @@ class MergeCase(OpCase):
                  + (f" dv={self.dv}" if self.attention else "")]
         for c, (x, lse) in leaves.items():
             parts.append(f"x{c}: shape={tuple(x.shape)} strides={tuple(x.stride())} "
-                         f"layout={self.layout.kind}{'(' + str(self.layout.k) + ')' if self.layout.k else ''}; "
+                         f"layout={self.layout.label}; "
                          f"lse{c}: shape={tuple(lse.shape)} strides={tuple(lse.stride())} layout={self.lse_layout}")
         return "\n  ".join(parts)
 
@@ -253,14 +253,8 @@ class MergeCase(OpCase):
         for c in range(len(self.bounds())):
             x, lse = self.state([c])
             for var, V in ((f"x{c}", x), (f"lse{c}", lse)):
-                if V.numel() <= EXPLICIT_MAX:
-                    lines.append(explicit_code(V))
-                else:
-                    if not big:
-                        lines.append("from softmax_properties.properties.families.merge.case import MergeCase\nfrom softmax_properties.properties.strategies import Layout, Logits")
-                        lines.append(f"case = {self!r}")
-                        big = True
-                    lines.append(f"V = case.state([{c}], device)[{0 if var[0] == 'x' else 1}]")
+                big = value_or_recipe(lines, V, f"case.state([{c}], device)[{0 if var[0] == 'x' else 1}]", self,
+                                      "from softmax_properties.properties.families.merge.case import MergeCase", big)
                 code = self.layout.code(var) if var[0] == "x" else lse_layout_code(self.lse_layout, var, self.layout)
                 lines.append(code)
         lines += (call or self.call_code()).splitlines()

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...case import EXPLICIT_MAX, OpCase, explicit_code, preamble
+from ...case import OpCase, preamble, value_or_recipe
 from ...snippets import built
 from ..merge.case import LSE_LAYOUTS, MergeCase, tree_leaves
 
@@ -99,14 +99,8 @@ class StatesCase(MergeCase):
         o, lse = self.stacked_values()
         big = False
         for var, V in (("o", o), ("lse", lse)):
-            if V.numel() <= EXPLICIT_MAX:
-                lines.append(explicit_code(V))
-            else:
-                if not big:
-                    lines.append("from softmax_properties.properties.families.merge_states.case import StatesCase\nfrom softmax_properties.properties.strategies import Layout, Logits")
-                    lines.append(f"case = {self!r}")
-                    big = True
-                lines.append(f"V = case.stacked_values()[{0 if var == 'o' else 1}].to(device)")
+            big = value_or_recipe(lines, V, f"case.stacked_values()[{0 if var == 'o' else 1}].to(device)", self,
+                                  "from softmax_properties.properties.families.merge_states.case import StatesCase", big)
             lines.append(self.layout.code("o") if var == "o" else self._lse_code())
         lines += (call or self.call_code()).splitlines()
         lines.append("print(out)")
