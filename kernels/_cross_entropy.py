@@ -98,9 +98,11 @@ def _ce_params(eps, inv_v, EPS, F64: tl.constexpr):
         return eps, inv_v
 
 
-# the options' bits in the kernels' runtime argument `flags` (0: every option off). A runtime
-# argument, tested in uniform branches, not a constexpr: each constexpr combination is one more
-# compiled variant, and the options cost nothing where they are off.
+# the options' bits in the kernels' runtime argument `flags` (0: every option off), tested in
+# uniform branches: each constexpr combination is one more compiled variant. One constexpr, OPTS
+# (flags != 0), keeps the option code out of the forward's and backward's tile loops where every
+# option is off: tested per tile at run time, it took the H200's bf16 forward + backward from 0.89
+# / 0.92 of copy to 0.74 / 0.85 (V = 32000 / 262144; docs/results.md).
 XFORM, SOFTCAP, ZLOSS, WEIGHT = 1, 2, 4, 8
 _XFORM: tl.constexpr = tl.constexpr(XFORM)
 _SOFTCAP: tl.constexpr = tl.constexpr(SOFTCAP)
@@ -160,7 +162,7 @@ def _fwd_opts(x, msk, cmask, cols, W, OPT, flags, SMOOTH: tl.constexpr, F64: tl.
     """A forward tile with options: the transformed logits (-inf where masked: a softcap maps
     the -inf of masked lanes to -c) and the smoothing's summands, times the class weights when
     there are weights (0 * -inf is NaN there, as torch forms it). The option values are read
-    per tile, inside the branch that flags != 0 takes, so that the kernel without options keeps
+    per tile, inside the branch that OPTS takes, so that the kernel without options keeps
     no more values live across its loop than it did (31 registers in the 16-bit forward on the
     H200, at the limit of 2048 threads per SM)."""
     ls, c, ic = _opt_scalars(OPT, flags, F64)
@@ -265,7 +267,7 @@ def _ce_finish_opts(X, T, LOSS, LSE, LZ, W, OPT, flags, rows, rmask, M, S, SXV4,
 # over 16 columns and it is vectorized too (its scalar loads cost 0.78 against 0.91 of copy
 # forward at V = 32000, whose last tile is a tenth of the row). The hints are written in the
 # kernel bodies (Triton drops hints made in a called jit function).
-_NO_SPEC = ["n_rows", "V", "sxr", "st", "ss", "sdr", "ignore_index", "n_chunks", "chunk_cols", "flags"]
+_NO_SPEC = ["n_rows", "V", "sxr", "st", "ss", "sdr", "ignore_index", "n_chunks", "chunk_cols", "flags", "mean"]
 _NO_ALIGN = _NO_SPEC + ["X", "T", "LOSS", "LSE", "PM", "PS", "PX", "EPS", "SC", "DX", "W", "OPT", "LZ"]
 
 
@@ -290,12 +292,12 @@ def _fwd_tile(x, xs, m, s, sx, inv_v, SMOOTH: tl.constexpr, F64: tl.constexpr):
 def _ce_fwd_kernel(
     X, T, LOSS, LSE, PM, PS, PX, EPS, W, OPT, LZ,
     n_rows, V, sxr, st, ignore_index, n_chunks, chunk_cols, eps, inv_v, flags,
-    F64: tl.constexpr, SMOOTH: tl.constexpr, SPLIT: tl.constexpr, VEC: tl.constexpr,
+    F64: tl.constexpr, SMOOTH: tl.constexpr, SPLIT: tl.constexpr, VEC: tl.constexpr, OPTS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK: tl.constexpr, GS: tl.constexpr,
 ):
     """Per row (chunk): the max M, S = sum exp(x - M) and the sum of x / (4 V), over tiles of BLOCK
-    columns held as [BLOCK_R, BLOCK // GS, GS] (GS: 16 bytes of logits). With options (flags != 0,
-    a branch uniform over the program), of the transformed logits, and the sum of w x / (4 V)."""
+    columns held as [BLOCK_R, BLOCK // GS, GS] (GS: 16 bytes of logits). With options (OPTS, the
+    constexpr flags != 0), of the transformed logits, and the sum of w x / (4 V)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     # the compute type's most negative finite value: each group's starting max
     LOW: tl.constexpr = -1.7976931348623157e308 if F64 else -3.4028234663852886e38
@@ -322,7 +324,7 @@ def _ce_fwd_kernel(
         if VEC:
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 1, 16]), [1, 1, GS])
         x = widen(tl.load(xp, mask=rmask3, other=float("-inf")), F64)
-        if flags != 0:
+        if OPTS:
             cf = start + cols0
             y, ys = _fwd_opts(x, rmask3, cf < hi, cf, W, OPT, flags, SMOOTH, F64)
             m, s, sx = _fwd_tile(y, ys, m, s, sx, inv_v, SMOOTH, F64)
@@ -338,7 +340,7 @@ def _ce_fwd_kernel(
         if VEC:
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 1, 16]), [1, 1, GS])
         x = widen(tl.load(xp, mask=msk, other=float("-inf")), F64)
-        if flags != 0:
+        if OPTS:
             y, ys = _fwd_opts(x, msk, cols < hi, cols, W, OPT, flags, SMOOTH, F64)
             m, s, sx = _fwd_tile(y, ys, m, s, sx, inv_v, SMOOTH, F64)
         else:
@@ -439,10 +441,10 @@ def _bwd_tile_opts(x, lse, tt, ign, scale_w, cols0, hot, flat, wt, wsum, kzc, kb
 
 
 @triton.jit
-def _bwd_opts(x, lse, t, tt, ign, rmask, dl, scale, STATS, W, OPT, V, cols0, cols, cmask, hot, flat, flags,
-              SMOOTH: tl.constexpr, MEAN: tl.constexpr, F64: tl.constexpr):
+def _bwd_opts(x, lse, t, tt, ign, rmask, dl, scale, STATS, W, OPT, V, cols0, cols, cmask, hot, flat, flags, mean,
+              SMOOTH: tl.constexpr, F64: tl.constexpr):
     """A backward tile with options: the rows' option values, then _bwd_tile_opts. They are
-    formed per tile, inside the branch that flags != 0 takes, so that the kernel without options
+    formed per tile, inside the branch that OPTS takes, so that the kernel without options
     keeps no more values live across its loop than it did (the 16-bit forward and backward are
     tuned to their register counts); a few scalar loads and operations per tile of thousands of
     elements."""
@@ -453,16 +455,15 @@ def _bwd_opts(x, lse, t, tt, ign, rmask, dl, scale, STATS, W, OPT, V, cols0, col
     wt = widen(tl.load(W + t, mask=wmask, other=1.0), F64)
     wsum = tl.where(wtd, tl.load(OPT + 5), 0.0).to(CT)
     dl64 = widen(dl, True)
-    if MEAN:
+    scale_w = scale
+    zsc = dl64
+    if mean != 0:
         # the weighted mean divides the cross-entropy term by sum w[t], the z term by the count
         cnt = tl.load(STATS + 2).to(tl.float64)
         den = tl.where(wtd, tl.load(OPT + 6).to(tl.float64), cnt)
         # a zero divisor makes the counted rows' gradient NaN, as torch's (w[t] = 0 times 1 / 0)
         scale_w = tl.where(den == 0.0, float("nan"), dl64 / den).to(CT)
         zsc = dl64 / cnt
-    else:
-        scale_w = scale
-        zsc = dl64
     kz = 2.0 * tl.where((flags & _ZLOSS) != 0, tl.load(OPT), 0.0).to(tl.float64) * lse.to(tl.float64) * zsc
     kbig = tl.abs(kz) > _TWO64
     kzc = tl.where(kbig, kz * _TWO_M64, kz).to(CT)
@@ -479,14 +480,15 @@ def _tile_target(t, start, BLOCK: tl.constexpr):
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _ce_bwd_kernel(
     X, T, LSE, SC, STATS, DX, EPS, W, OPT,
-    n_rows, V, sxr, st, ss, sdr, ignore_index, n_chunks, chunk_cols, eps, inv_v, flags,
-    F64: tl.constexpr, SMOOTH: tl.constexpr, MEAN: tl.constexpr, VEC: tl.constexpr,
+    n_rows, V, sxr, st, ss, sdr, ignore_index, n_chunks, chunk_cols, eps, inv_v, flags, mean,
+    F64: tl.constexpr, SMOOTH: tl.constexpr, VEC: tl.constexpr, OPTS: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK: tl.constexpr,
 ):
     """dx = (exp(x - lse) - eps/V - (1 - eps)[j = t]) * scale, in the compute type, rounded once;
     exactly 0 on ignored rows. scale: dloss (row i's through stride ss, 0 for a scalar) in the
-    compute type, or for the mean dloss / count formed in float64 and rounded once (count:
-    STATS[2], the non-ignored rows). With options (flags != 0, a uniform branch), _bwd_opts."""
+    compute type, or for the mean (mean != 0, a runtime argument: the scale is formed once per
+    row, before the loop) dloss / count formed in float64 and rounded once (count: STATS[2], the
+    non-ignored rows). With options (OPTS, the constexpr flags != 0), _bwd_opts."""
     eps, inv_v = _ce_params(eps, inv_v, EPS, F64)
     hot = 1.0 - eps
     flat = eps * inv_v
@@ -496,10 +498,9 @@ def _ce_bwd_kernel(
     ign = t == ignore_index
     lse = tl.load(LSE + rows, mask=rmask, other=0.0)
     dl = tl.load(SC + rows * ss, mask=rmask, other=0.0)
-    if MEAN:
+    scale = widen(dl, F64)
+    if mean != 0:
         scale = (widen(dl, True) / tl.load(STATS + 2).to(tl.float64)).to(lse.dtype)
-    else:
-        scale = widen(dl, F64)
     xrow = X + rows * sxr
     drow = DX + rows * sdr
     lo = tl.program_id(1) * chunk_cols
@@ -515,9 +516,9 @@ def _ce_bwd_kernel(
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
             dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
         x = widen(tl.load(xp, mask=rmask[:, None], other=0.0), F64)
-        if flags != 0:
+        if OPTS:
             g = _bwd_opts(x, lse, t, _tile_target(t, start, BLOCK), ign, rmask, dl, scale, STATS, W, OPT, V, cols0,
-                          cols, cols < hi, hot, flat, flags, SMOOTH, MEAN, F64)
+                          cols, cols < hi, hot, flat, flags, mean, SMOOTH, F64)
         else:
             g = _bwd_tile(x, lse, _tile_target(t, start, BLOCK), ign, scale, cols0, hot, flat, SMOOTH, F64)
         tl.store(dp, to_out(g, DX.dtype.element_ty), mask=rmask[:, None])
@@ -533,9 +534,9 @@ def _ce_bwd_kernel(
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
             dp = tl.max_contiguous(tl.multiple_of(dp, [1, 16]), [1, 16])
         x = widen(tl.load(xp, mask=msk, other=0.0), F64)
-        if flags != 0:
+        if OPTS:
             g = _bwd_opts(x, lse, t, _tile_target(t, start, BLOCK), ign, rmask, dl, scale, STATS, W, OPT, V, cols0,
-                          cols, cols < hi, hot, flat, flags, SMOOTH, MEAN, F64)
+                          cols, cols < hi, hot, flat, flags, mean, SMOOTH, F64)
         else:
             g = _bwd_tile(x, lse, _tile_target(t, start, BLOCK), ign, scale, cols0, hot, flat, SMOOTH, F64)
         tl.store(dp, to_out(g, DX.dtype.element_ty), mask=msk)
@@ -938,7 +939,8 @@ def _forward_parts(logits, target, ignore_index: int, label_smoothing: float, pr
     f64 = logits.dtype == torch.float64
     smooth = label_smoothing > 0
     split = cfg.n_chunks > 1
-    L.note_variant("ce_fwd", dtype=str(logits.dtype), SMOOTH=smooth, SPLIT=split, BLOCK_R=cfg.block_r, BLOCK=cfg.block)
+    L.note_variant("ce_fwd", dtype=str(logits.dtype), SMOOTH=smooth, SPLIT=split, OPTS=flags != 0, BLOCK_R=cfg.block_r,
+                   BLOCK=cfg.block)
     if split:
         pm = torch.empty((N, cfg.n_chunks), dtype=ct, device=x.device)
         ps, px = torch.empty_like(pm), torch.empty_like(pm)
@@ -946,8 +948,8 @@ def _forward_parts(logits, target, ignore_index: int, label_smoothing: float, pr
         pm = ps = px = lse  # unused without SPLIT (a pointer of the compute type)
     _fwd(cfg.grid(N), (x, t, loss, lse, pm, ps, px, EPS, W, OPT, LZ,
                        N, V, x.stride(0), t.stride(0), ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v, flags),
-         dict(F64=f64, SMOOTH=smooth, SPLIT=split, VEC=_vec(V, (x, x.stride(0), 0)), BLOCK_R=cfg.block_r,
-              BLOCK=cfg.block, GS=16 // x.element_size()), cfg.num_warps)
+         dict(F64=f64, SMOOTH=smooth, SPLIT=split, VEC=_vec(V, (x, x.stride(0), 0)), OPTS=flags != 0,
+              BLOCK_R=cfg.block_r, BLOCK=cfg.block, GS=16 // x.element_size()), cfg.num_warps)
     if split:
         nc = max(2, triton.next_power_of_2(cfg.n_chunks))
         br = max(1, min(64, 1024 // nc))
@@ -1008,16 +1010,18 @@ class BackwardPlan:
         cfg = config(N, V, logits.dtype, x.device)
         eps, inv_v, EPS = _params(label_smoothing, V, logits.dtype, x.device, lse)
         flags, W, OPT = _opt_args(prep, lse, _dummy64(x.device))
-        self.stats = stats if mean else lse
+        # STATS is read for the mean's count only; otherwise any int64 tensor keeps its pointer
+        # type, and so the compiled variant, the same (the mean is a runtime argument)
+        self.stats = stats if stats is not None else t
         self.grid, self.num_warps = cfg.grid(N), cfg.num_warps
         self.head = (x, t, lse)  # the arguments before dloss, and after it:
         self.tail = (N, V, x.stride(0), t.stride(0))
-        self.rest = (ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v, flags)
+        self.rest = (ignore_index, cfg.n_chunks, cfg.chunk_cols, eps, inv_v, flags, int(mean))
         self.eps_t = (EPS, W, OPT)
         self.dx_rows_ok = (V * x.element_size()) % 16 == 0  # VEC checks x here, dx's rows in run
-        self.consts = dict(F64=logits.dtype == torch.float64, SMOOTH=label_smoothing > 0, MEAN=mean,
-                           VEC=_vec(V, (x, x.stride(0), 0)), BLOCK_R=cfg.block_r, BLOCK=cfg.block)
-        self.note = dict(dtype=str(logits.dtype), SMOOTH=label_smoothing > 0, MEAN=mean, BLOCK_R=cfg.block_r,
+        self.consts = dict(F64=logits.dtype == torch.float64, SMOOTH=label_smoothing > 0,
+                           VEC=_vec(V, (x, x.stride(0), 0)), OPTS=flags != 0, BLOCK_R=cfg.block_r, BLOCK=cfg.block)
+        self.note = dict(dtype=str(logits.dtype), SMOOTH=label_smoothing > 0, OPTS=flags != 0, BLOCK_R=cfg.block_r,
                          BLOCK=cfg.block)
 
     def run(self, dloss, out=None):
