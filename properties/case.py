@@ -82,6 +82,12 @@ class OpCase:
         """The case as the default tier feeds it: itself (merge cases drop their garbage)."""
         return self
 
+    def output_shape(self):
+        """The shape of the op's (first) output where the case alone tells it, else None: laws
+        that need a shape of some kind reject the case before calling the op (a call per
+        rejected example is most of such a law's time)."""
+        return None
+
     def evaluate(self, fn, tensors):
         """The op's result on these argument tensors, fn(*tensors, **options) calling it once."""
         return fn(*tensors, **self.kwargs())

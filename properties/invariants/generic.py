@@ -286,13 +286,17 @@ def autograd_composition(case, target):
              out_name=f"{a0}.grad")
 
 
+def _has_strided_cotangents(shape) -> bool:
+    return len(shape) >= 1 and math.prod(shape) > 1
+
+
 def _strided_cotangents(case, shape, dtype, device):
     """Cotangents of an output of this shape in the layouts autograd hands a backward, each with
     the reproducer's code for it: (what, g, code). Values seeded by the case, as _seeded's."""
     def seeded(salt, sh):
         return _seeded(case, salt, sh, dtype, device), _seeded_code(case, salt, sh, dtype)
     out = []
-    if len(shape) >= 1 and math.prod(shape) > 1:
+    if _has_strided_cotangents(shape):
         c, code = seeded("g_one_value", ())
         out.append(("one value expanded (out.sum()'s cotangent, scaled)", c.expand(tuple(shape)),
                     f"{code}.expand({tuple(shape)})"))
@@ -341,6 +345,8 @@ def autograd_cotangent_layouts(case, target):
     output, a transpose before the loss and a sliced output are everyday training code, and
     torch's backward takes a cotangent in any layout."""
     _differentiable_dtype(case, target)
+    known = case.output_shape()
+    assume(known is None or _has_strided_cotangents(known))  # a scalar loss has none: no call
     args = case.tensors(target.device)
     _finite_softmax_rows(case, args[0])
     probe = call_op(case, target, [args[0].detach(), *args[1:]])  # the output's shape, dtype and device

@@ -54,6 +54,10 @@ class CECase(OpCase):
     def loss_shape(self):
         return self.batch if self.reduction == "none" else ()
 
+    def output_shape(self):
+        """The loss's shape for the forward; the backward's dlogits have the logits' shape."""
+        return self.loss_shape if self.op == "cross_entropy" else None
+
     def options(self) -> dict:
         """The options beyond torch's that are on (the weights as their values), {} for none."""
         on = dict(weight=self.weight, z_loss=self.z_loss, softcap=self.softcap, logit_scale=self.logit_scale)
