@@ -17,8 +17,8 @@ for F64 in (False, True):
             for op in (0, 1, 2):
                 s = {"X": f"*{dt}", "Y": f"*{'fp32' if op==2 and not F64 else ('fp64' if F64 else dt)}", "PM": "*fp64", "PS": "*fp64",
                      "n_rows": "i32", "n_cols": "i32", "n1": "i32", "sx0": "i64", "sx1": "i64", "sy0": "i64", "sy1": "i64", "syc": "i32", "n_chunks": "i32",
-                     "OP": "constexpr", "PHASE": "constexpr", "F64": "constexpr", "YCOL": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "NC": "constexpr", "SUB": "constexpr"}
-                c = {"OP": op, "PHASE": phase, "F64": F64, "YCOL": 0, "VEC": True, "BLOCK_R": 1 if phase else 32, "BLOCK_D": 1024 if phase else 128, "NC": 8 if phase else 1,
+                     "OP": "constexpr", "PHASE": "constexpr", "F64": "constexpr", "YCOL": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "NC": "constexpr", "SUB": "constexpr"}
+                c = {"OP": op, "PHASE": phase, "F64": F64, "YCOL": 0, "VEC": True, "TWO_AXES": phase == 0, "BLOCK_R": 1 if phase else 32, "BLOCK_D": 1024 if phase else 128, "NC": 8 if phase else 1,
                      "SUB": 4 if op == 2 and phase == 0 and not F64 else 1}
                 try:
                     k = triton.compile(ASTSource(K._fwd_kernel, s, c), target=tgt, options={"num_warps": 4})
@@ -28,8 +28,8 @@ for F64 in (False, True):
             for op in (0, 1):
                 s = {"A": f"*{dt}", "G": f"*{dt}", "DX": f"*{dt}", "PS": "*fp64", "PK": "*fp64", "n_rows": "i32", "n_cols": "i32", "n1": "i32",
                      "sa0": "i64", "sa1": "i64", "sg0": "i64", "sg1": "i64", "sd0": "i64", "sd1": "i64", "sdc": "i32", "n_chunks": "i32",
-                     "OP": "constexpr", "PHASE": "constexpr", "F64": "constexpr", "DCOL": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "NC": "constexpr", "RELOAD": "constexpr"}
-                c = {"OP": op, "PHASE": phase, "F64": F64, "DCOL": 0, "VEC": True, "BLOCK_R": 1 if phase else 32, "BLOCK_D": 1024 if phase else 128, "NC": 8 if phase else 1,
+                     "OP": "constexpr", "PHASE": "constexpr", "F64": "constexpr", "DCOL": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "NC": "constexpr", "RELOAD": "constexpr"}
+                c = {"OP": op, "PHASE": phase, "F64": F64, "DCOL": 0, "VEC": True, "TWO_AXES": phase == 0, "BLOCK_R": 1 if phase else 32, "BLOCK_D": 1024 if phase else 128, "NC": 8 if phase else 1,
                      "RELOAD": (2 if op == 0 else 1) if not F64 and phase == 0 else 0}
                 try:
                     # the 16/32-bit whole rows under the register cap (kernels._launch.bwd_maxnreg)
@@ -47,8 +47,8 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
         s = {"OA": f"*{dt}", "LA": f"*{_LSE[dt]}", "OB": f"*{dt}", "LB": f"*{_LSE[dt]}", "O": f"*{dt}", "LO": f"*{_LSE[dt]}",
              "n_rows": "i32", "n_cols": "i32", "n1": "i32", "soa0": "i64", "soa1": "i64", "sla0": "i64", "sla1": "i64",
              "sob0": "i64", "sob1": "i64", "slb0": "i64", "slb1": "i64", "so0": "i64", "so1": "i64", "slo0": "i64", "slo1": "i64",
-             "F64": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
-        c = {"F64": dt == "fp64", "VEC": BR != 64, "BLOCK_R": BR, "BLOCK_D": BD}
+             "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"F64": dt == "fp64", "TWO_AXES": BR == 32, "VEC": BR != 64, "BLOCK_R": BR, "BLOCK_D": BD}
         try:
             k = triton.compile(ASTSource(M._attention_merge_kernel, s, c), target=tgt, options={"num_warps": 8})
             print("attention_merge ok", dt, BR, BD)
@@ -57,7 +57,7 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
         s = {"PA": f"*{dt}", "LA": f"*{_LSE[dt]}", "PB": f"*{dt}", "LB": f"*{_LSE[dt]}", "P": f"*{dt}", "LO": f"*{_LSE[dt]}",
              "n_rows": "i32", "n1": "i32", "da": "i32", "db": "i32", "spa0": "i64", "spa1": "i64", "sla0": "i64", "sla1": "i64",
              "spb0": "i64", "spb1": "i64", "slb0": "i64", "slb1": "i64", "sp0": "i64", "sp1": "i64", "slo0": "i64", "slo1": "i64",
-             "n_cb": "i32", "F64": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "GW": "constexpr"}
+             "n_cb": "i32", "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr", "GW": "constexpr"}
         try:
             gw = (16 if dt == "fp64" else 32) if c["VEC"] else 1
             k = triton.compile(ASTSource(M._softmax_merge_kernel, s, dict(c, GW=gw)), target=tgt, options={"num_warps": 8})
@@ -136,8 +136,8 @@ for dt in ("bf16", "fp16", "fp32"):
     for op in (0, 1, 2):
         s = {"X": f"*{dt}", "Y": f"*{'fp32' if op == 2 else dt}", "n_rows": "i32", "n_cols": "i32", "n1": "i32",
              "sx0": "i64", "sx1": "i64", "sy0": "i64", "sy1": "i64", "syc": "i32",
-             "OP": "constexpr", "VEC": "constexpr", "YCOL": "constexpr", "BLOCK_D": "constexpr"}
-        c = {"OP": op, "VEC": op != 1, "YCOL": op, "BLOCK_D": 8192}
+             "OP": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "YCOL": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"OP": op, "VEC": op != 1, "TWO_AXES": op == 1, "YCOL": op, "BLOCK_D": 8192}
         try:
             k = triton.compile(ASTSource(K._fwd_loop_kernel, s, c), target=tgt, options={"num_warps": 16, "enable_fp_fusion": False})
             print("fwd_loop ok", dt, op)
@@ -146,8 +146,8 @@ for dt in ("bf16", "fp16", "fp32"):
     for op in (0, 1):
         s = {"A": f"*{dt}", "G": f"*{dt}", "DX": f"*{dt}", "n_rows": "i32", "n_cols": "i32", "n1": "i32",
              "sa0": "i64", "sa1": "i64", "sg0": "i64", "sg1": "i64", "sd0": "i64", "sd1": "i64", "sdc": "i32",
-             "OP": "constexpr", "VEC": "constexpr", "DCOL": "constexpr", "BLOCK_D": "constexpr"}
-        c = {"OP": op, "VEC": op == 0, "DCOL": 2 * op, "BLOCK_D": 4096}
+             "OP": "constexpr", "VEC": "constexpr", "TWO_AXES": "constexpr", "DCOL": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"OP": op, "VEC": op == 0, "TWO_AXES": op == 1, "DCOL": 2 * op, "BLOCK_D": 4096}
         try:
             k = triton.compile(ASTSource(K._bwd_loop_kernel, s, c), target=tgt, options={"num_warps": 16, "enable_fp_fusion": False})
             print("bwd_loop ok", dt, op)
@@ -155,24 +155,24 @@ for dt in ("bf16", "fp16", "fp32"):
             print("bwd_loop FAIL", dt, op, str(e)[-1500:]); raise SystemExit(1)
 
 # merge_states (kernels/_merge_states.py): every dtype, tiles of one long and of many short rows,
-# with and without 16-byte vectors (every variant holds both row-offset paths); the held kernel
-# with every weight tile width SB the launcher uses at those tiles (Triton 3.6 failed the float64
-# tiles of 32 and 64 rows with two batch axes at SB = 1, which the launcher no longer uses)
+# one and two batch axes, with and without 16-byte vectors; the held kernel with every weight tile
+# width SB the launcher uses at those tiles (Triton 3.6 failed the float64 tiles of 32 and 64 rows
+# with two batch axes at SB = 1, which the launcher no longer uses)
 from softmax_properties.kernels import _merge_states as MS
 for dt in ("bf16", "fp16", "fp32", "fp64"):
-    for BR, BD, vec in ((8, 128, True), (1, 1024, True), (64, 16, False), (32, 32, True)):
+    for BR, BD, two, vec in ((8, 128, False, True), (1, 1024, True, True), (64, 16, True, False), (32, 32, True, True)):
         s = {"O": f"*{dt}", "LSE": f"*{_LSE[dt]}", "OUT": f"*{dt}", "LO": f"*{_LSE[dt]}",
              "n_rows": "i32", "n_states": "i32", "n_cols": "i32", "n1": "i32", "so0": "i64", "so1": "i64", "sos": "i64",
              "sl0": "i64", "sl1": "i64", "sls": "i64", "sout0": "i64", "sout1": "i64", "slo0": "i64", "slo1": "i64",
-             "F64": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
-        c = {"F64": dt == "fp64", "VEC": vec, "BLOCK_R": BR, "BLOCK_D": BD}
+             "F64": "constexpr", "TWO_AXES": "constexpr", "VEC": "constexpr", "BLOCK_R": "constexpr", "BLOCK_D": "constexpr"}
+        c = {"F64": dt == "fp64", "TWO_AXES": two, "VEC": vec, "BLOCK_R": BR, "BLOCK_D": BD}
         for sb in [0] + [2**k for k in range(1, 11) if BR * 2**k <= MS.T.STATES_HELD]:
             try:
                 triton.compile(ASTSource(MS._merge_states_kernel, dict(s, SB="constexpr"), dict(c, SB=sb)), target=tgt,
                                options={"num_warps": 4})
-                print("merge_states ok", dt, BR, BD, vec, "SB", sb or "looped")
+                print("merge_states ok", dt, BR, BD, two, vec, "SB", sb or "looped")
             except Exception as e:
-                print("merge_states FAIL", dt, BR, BD, vec, "SB", sb or "looped", str(e)[-1500:]); raise SystemExit(1)
+                print("merge_states FAIL", dt, BR, BD, two, vec, "SB", sb or "looped", str(e)[-1500:]); raise SystemExit(1)
 
 # attention (kernels/_attention.py): forward, the backward's delta, dk/dv and dq kernels, every
 # dtype at its GPU block shapes (kernels/tuning.py) for head dimensions 64, 128 and 256, full

@@ -37,7 +37,17 @@ import triton.language as tl
 
 from . import _launch as L
 from . import tuning as T
-from ._numerics import row_off, to_out, widen
+from ._numerics import to_out, widen
+
+
+@triton.jit
+def _row_off(rows, n1, s0, s1, TWO_AXES: tl.constexpr):
+    """64-bit element offset of each row: (r // n1) s0 + (r % n1) s1, or r s1 when the batch
+    collapsed to one axis (no 64-bit division then)."""
+    if TWO_AXES:
+        return (rows // n1) * s0 + (rows % n1) * s1
+    else:
+        return rows * s1
 
 
 @triton.jit
@@ -83,18 +93,18 @@ def _attention_merge_kernel(
     OA, LA, OB, LB, O, LO,
     n_rows, n_cols, n1,
     soa0, soa1, sla0, sla1, sob0, sob1, slb0, slb1, so0, so1, slo0, slo1,
-    F64: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < n_rows
-    la = tl.load(LA + row_off(rows, n1, n_rows, sla0, sla1), mask=rmask, other=0.0).to(CT)
-    lb = tl.load(LB + row_off(rows, n1, n_rows, slb0, slb1), mask=rmask, other=0.0).to(CT)
+    la = tl.load(LA + _row_off(rows, n1, sla0, sla1, TWO_AXES), mask=rmask, other=0.0).to(CT)
+    lb = tl.load(LB + _row_off(rows, n1, slb0, slb1, TWO_AXES), mask=rmask, other=0.0).to(CT)
     wa, wb, lse, poison, both_empty, a_empty, b_empty = _merge_weights(la, lb)
-    tl.store(LO + row_off(rows, n1, n_rows, slo0, slo1), lse.to(LO.dtype.element_ty), mask=rmask)
-    offa = row_off(rows, n1, n_rows, soa0, soa1)[:, None]
-    offb = row_off(rows, n1, n_rows, sob0, sob1)[:, None]
-    offo = row_off(rows, n1, n_rows, so0, so1)[:, None]
+    tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
+    offa = _row_off(rows, n1, soa0, soa1, TWO_AXES)[:, None]
+    offb = _row_off(rows, n1, sob0, sob1, TWO_AXES)[:, None]
+    offo = _row_off(rows, n1, so0, so1, TWO_AXES)[:, None]
     for start in range(0, n_cols, BLOCK_D):
         cols = (start + tl.arange(0, BLOCK_D))[None, :]
         mask = rmask[:, None] & (cols < n_cols)
@@ -124,7 +134,7 @@ def _softmax_merge_kernel(
     n_rows, n1, da, db,
     spa0, spa1, sla0, sla1, spb0, spb1, slb0, slb1, sp0, sp1, slo0, slo1,
     n_cb,
-    F64: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
     GW: tl.constexpr,
 ):
     """Output tile (row block, column block pid_c of the concatenated rows): column j < da is
@@ -154,28 +164,28 @@ def _softmax_merge_kernel(
     gmask = rmask[:, None, None] & (g0 < da + db)
     c = tl.arange(0, GW)[None, None, :]
     # b's column j sits at j - da (negative under in_a: those lanes are masked, never read)
-    spa = (PA + row_off(rows, n1, n_rows, spa0, spa1))[:, None, None] + (g0 + c)
-    spb = (PB + row_off(rows, n1, n_rows, spb0, spb1))[:, None, None] + ((g0 - da) + c)
+    spa = (PA + _row_off(rows, n1, spa0, spa1, TWO_AXES))[:, None, None] + (g0 + c)
+    spb = (PB + _row_off(rows, n1, spb0, spb1, TWO_AXES))[:, None, None] + ((g0 - da) + c)
     if VEC:
         spa = tl.max_contiguous(tl.multiple_of(spa, [1, 1, 16]), [1, 1, GW])
         spb = tl.max_contiguous(tl.multiple_of(spb, [1, 1, 16]), [1, 1, GW])
     # an empty side's values are read all the same (see attention_merge)
     x = tl.where(in_a, tl.load(spa, mask=gmask & in_a, other=0.0), tl.load(spb, mask=gmask & ~in_a, other=0.0))
     tl.debug_barrier()
-    la = tl.load(LA + row_off(rows, n1, n_rows, sla0, sla1), mask=rmask, other=0.0).to(CT)
-    lb = tl.load(LB + row_off(rows, n1, n_rows, slb0, slb1), mask=rmask, other=0.0).to(CT)
+    la = tl.load(LA + _row_off(rows, n1, sla0, sla1, TWO_AXES), mask=rmask, other=0.0).to(CT)
+    lb = tl.load(LB + _row_off(rows, n1, slb0, slb1, TWO_AXES), mask=rmask, other=0.0).to(CT)
     wa, wb, lse, poison, both_empty, a_empty, b_empty = _merge_weights(la, lb)
     nan_rows = poison | both_empty  # the one-shot softmax of an all -inf row is NaN
     w = tl.where(in_a, tl.where(nan_rows, float("nan"), wa)[:, None, None],
                  tl.where(nan_rows, float("nan"), wb)[:, None, None])
     zero = tl.where(in_a, a_empty[:, None, None], b_empty[:, None, None])
     v = tl.where(zero, 0.0, w * widen(x, F64))
-    dp = (P + row_off(rows, n1, n_rows, sp0, sp1))[:, None, None] + (g0 + c)
+    dp = (P + _row_off(rows, n1, sp0, sp1, TWO_AXES))[:, None, None] + (g0 + c)
     if VEC:
         dp = tl.max_contiguous(tl.multiple_of(dp, [1, 1, 16]), [1, 1, GW])
     tl.store(dp, to_out(v, P.dtype.element_ty), mask=gmask)
     if pid_c == 0:
-        tl.store(LO + row_off(rows, n1, n_rows, slo0, slo1), lse.to(LO.dtype.element_ty), mask=rmask)
+        tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
 
 
 JIT_KERNELS = L.register_jit(_attention_merge_kernel, _softmax_merge_kernel)
@@ -287,12 +297,12 @@ def attention_merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, l
         return o, lse
     n_cols = o_a.shape[-1]
     br, bd, warps = _tile(n_cols, n_rows, o_a.dtype, True)
-    L.note_variant(name, dtype=str(o_a.dtype), BLOCK_R=br, BLOCK_D=bd)
+    L.note_variant(name, dtype=str(o_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
     (sa, sb, sla, slb, so, slo) = pairs
     vec = L.vec_ok(n_cols, (xa, *sa), (xb, *sb), (o, *so))
     _attention_merge_kernel[(triton.cdiv(n_rows, br),)](
         xa, la, xb, lb, o, lse, n_rows, n_cols, n1, *sa, *sla, *sb, *slb, *so, *slo,
-        F64=o_a.dtype == torch.float64, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
+        F64=o_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
         num_warps=warps)
     return o, lse
 
@@ -315,12 +325,12 @@ def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse
         return p, lse
     br, bd, warps = _tile(da + db, n_rows, p_a.dtype, False)
     n_cb = max(1, triton.cdiv(da + db, bd))  # at least one program per row block writes the lse
-    L.note_variant(name, dtype=str(p_a.dtype), BLOCK_R=br, BLOCK_D=bd)
+    L.note_variant(name, dtype=str(p_a.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=n1 < n_rows)
     (sa, sb, sla, slb, sp, slo) = pairs
     vec = L.vec_ok(da, (xa, *sa), (p, *sp)) and L.vec_ok(db, (xb, *sb))
     _softmax_merge_kernel[(triton.cdiv(n_rows, br) * n_cb,)](
         xa, la, xb, lb, p, lse, n_rows, n1, da, db, *sa, *sla, *sb, *slb, *sp, *slo, n_cb,
-        F64=p_a.dtype == torch.float64, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
+        F64=p_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
         GW=_group(da, db, bd, p_a.dtype, vec), num_warps=warps)
     return p, lse
 

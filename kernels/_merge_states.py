@@ -35,8 +35,8 @@ import triton.language as tl
 
 from . import _launch as L
 from . import tuning as T
-from ._merge import _lse_dtype
-from ._numerics import row_off, to_out, widen
+from ._merge import _lse_dtype, _row_off
+from ._numerics import to_out, widen
 
 _INTS = ["n_rows", "n_states", "n_cols", "n1", "so0", "so1", "sos", "sl0", "sl1", "sls", "sout0", "sout1",
          "slo0", "slo1"]
@@ -70,14 +70,14 @@ def _merge_states_kernel(
     O, LSE, OUT, LO,
     n_rows, n_states, n_cols, n1,
     so0, so1, sos, sl0, sl1, sls, sout0, sout1, slo0, slo1,
-    F64: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
+    F64: tl.constexpr, TWO_AXES: tl.constexpr, VEC: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr,
     SB: tl.constexpr,
 ):
     """SB > 0: the weights held in a [BLOCK_R, SB] tile (SB >= n_states); SB = 0: looped."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < n_rows
-    lrow = LSE + row_off(rows, n1, n_rows, sl0, sl1)
+    lrow = LSE + _row_off(rows, n1, sl0, sl1, TWO_AXES)
     # M: the largest lse that is not NaN (a NaN lse is flagged instead); -inf when all are empty
     if SB > 0:
         # the rows' S lse in one load (states past S read as empty); M and D reduce the tile
@@ -116,13 +116,13 @@ def _merge_states_kernel(
     den1 = tl.where(fin, den, 1.0)  # D >= 1 where M is finite: the state holding M adds exp(0)
     lse = tl.where(fin, ms + tl.log(den1), m)
     lse = tl.where(nan_in, float("nan"), lse)
-    tl.store(LO + row_off(rows, n1, n_rows, slo0, slo1), lse.to(LO.dtype.element_ty), mask=rmask)
+    tl.store(LO + _row_off(rows, n1, slo0, slo1, TWO_AXES), lse.to(LO.dtype.element_ty), mask=rmask)
     inv = 1.0 / den1
     if SB > 0:
         wt = tl.where(live, e * inv[:, None], float("nan"))
     poison = nan_in | (m == float("inf"))
-    orow = row_off(rows, n1, n_rows, so0, so1)[:, None]
-    dst = (OUT + row_off(rows, n1, n_rows, sout0, sout1))[:, None]
+    orow = _row_off(rows, n1, so0, so1, TWO_AXES)[:, None]
+    dst = (OUT + _row_off(rows, n1, sout0, sout1, TWO_AXES))[:, None]
     for start in range(0, n_cols, BLOCK_D):
         cols = (start + tl.arange(0, BLOCK_D))[None, :]
         mask = rmask[:, None] & (cols < n_cols)
@@ -241,6 +241,7 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     if n_rows == 0:
         return out, lse_out
     br, bd, warps = _tile(n_cols)
+    two = n1 < n_rows
     # the weights held in registers: a [BLOCK_R, SB] tile of at most STATES_HELD elements. SB is at
     # least 2: with one state Triton 3.6 fails to compile the float64 kernel of 32 or 64 rows and
     # two batch axes (TritonGPURemoveLayoutConversions on the [BLOCK_R, 1] tile). SB = 0: looped
@@ -248,7 +249,7 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     most = T.STATES_HELD_INTERPRETER if L.interpreting() else T.STATES_HELD
     if br * sb > int(L.knob("MERGE_KERNELS_STATES_HELD", most)):
         sb = 0
-    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, SB=sb)
+    L.note_variant("merge_states", dtype=str(o.dtype), BLOCK_R=br, BLOCK_D=bd, TWO_AXES=two, SB=sb)
     so, sl, sout, slo = pairs
     # 16-byte vectors: every row of every state (and of the output) starts 16-byte aligned and Dv
     # is a multiple of 16
@@ -256,6 +257,6 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
     _merge_states_kernel[(triton.cdiv(n_rows, br),)](
         o2, l2, out, lse_out, n_rows, n_states, n_cols, n1,
         *so, o2.stride(-2), *sl, l2.stride(-1), *sout, *slo,
-        F64=o.dtype == torch.float64, VEC=vec, BLOCK_R=br, BLOCK_D=bd, SB=sb,
+        F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, SB=sb,
         num_warps=warps)
     return out, lse_out

@@ -10,8 +10,6 @@ layout, block shape and warp count, every sum below is accumulated exactly in 64
   custom ``tl.reduce`` would propagate it but runs element by element in the interpreter).
 All helpers reduce a 2-D tile ``[rows, cols]`` over its columns (axis 1).
 
-Also ``row_off``, the row addressing every row kernel shares (not numerics, but one definition).
-
 * ``sum_unit(v)``: sum of values in [0, 1] (exponentials after max subtraction). Each value
   is split into two 40-bit fixed-point limbs, ``q1 = trunc(v * 2**40)`` and
   ``q2 = trunc((v - q1 * 2**-40) * 2**80)``; both splits are exact, the limb sums are exact
@@ -295,17 +293,3 @@ def sum_scaled(v):
     """Order-independent sum of float64 values of any magnitude. Returns float64."""
     t, k = sum_parts(v)
     return ldexp(t, k)
-
-
-@triton.jit
-def row_off(rows, n1, n_rows, s0, s1):
-    """64-bit element offset of each row of a batch collapsed to at most two axes (the inner of
-    n1 rows): (r // n1) s0 + (r % n1) s1, or r s1 when it collapsed to one (n1 == n_rows; the
-    two-axis formula gives the same offsets there). A branch on the uniform scalars, not a
-    constexpr: the 64-bit division per row costs more than a short row's own arithmetic (rows of
-    17 columns ran 1.7-4.5x slower with it on an H200, docs/tuning.md), and a constexpr doubled
-    the compiled variants of every row kernel."""
-    off = rows * s1
-    if n1 < n_rows:
-        off = (rows // n1) * s0 + (rows % n1) * s1
-    return off

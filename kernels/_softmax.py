@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from . import _launch as L
-from ._numerics import _pow2, ebits32, exp_ct, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, row_off, rowmax, rowmax_sub, sum_exact32, sum_exp, sum_exp_sub, sum_parts, sum_scaled, sum_unit, to_f32, to_out, widen
+from ._numerics import _pow2, ebits32, exp_ct, exp_ftz, exponent_above, ldexp, max2, nanmax, pow2f, rowmax, rowmax_sub, sum_exact32, sum_exp, sum_exp_sub, sum_parts, sum_scaled, sum_unit, to_f32, to_out, widen
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = 0, 1, 2
 WHOLE, PARTIAL, FINISH = 0, 1, 2
@@ -45,6 +45,17 @@ def _rows_cols(BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, PHASE: tl.constexpr
         rows = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
         cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     return rows, cols
+
+
+@triton.jit
+def _row_off(rows, n1, s0, s1, TWO_AXES: tl.constexpr):
+    """64-bit element offset of each row: (r // n1) s0 + (r % n1) s1, or r s1 when the batch
+    collapsed to one axis (a 64-bit division per row costs more than the row's own arithmetic
+    in a tile of many short rows)."""
+    if TWO_AXES:
+        return (rows // n1) * s0 + (rows % n1) * s1
+    else:
+        return rows * s1
 
 
 @triton.jit
@@ -81,7 +92,7 @@ def _merge_partials(PM, PS, rows, n_chunks, NC: tl.constexpr):
 # would make a GPU run of the suite mostly compilation. What those specializations bought is passed
 # as two constexprs instead: VEC (rows 16-byte aligned, row length a multiple of 16: vectorized
 # access, see below) and YCOL/DCOL (output columns contiguous or strided). Even those are
-# combined into three layouts (_layout), not their four combinations: see there.
+# combined into five layouts (_layout), not their twelve combinations: see there.
 _NO_SPEC = ["n_rows", "n_cols", "n1", "n_chunks", "sx0", "sx1", "sy0", "sy1", "syc",
             "sa0", "sa1", "sg0", "sg1", "sd0", "sd1", "sdc"]
 _NO_ALIGN = _NO_SPEC + ["X", "Y", "PM", "PS", "A", "G", "DX", "PK"]  # (ints too: some versions key "% 16" on this list)
@@ -99,7 +110,7 @@ _EXP_M128: tl.constexpr = tl.constexpr(math.exp(-128.0))
 def _fwd_kernel(
     X, Y, PM, PS,
     n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc, n_chunks,
-    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, YCOL: tl.constexpr, VEC: tl.constexpr,
+    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, YCOL: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr, SUB: tl.constexpr = 1,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
@@ -112,7 +123,7 @@ def _fwd_kernel(
         t = tl.arange(0, SUB * BLOCK_R)
         rows_t = tl.program_id(0).to(tl.int64) * BLOCK_R + (t % BLOCK_R)
         cols_t = (t // BLOCK_R)[:, None] * W + tl.arange(0, W)[None, :]
-        xp = X + row_off(rows_t, n1, n_rows, sx0, sx1)[:, None] + cols_t
+        xp = X + _row_off(rows_t, n1, sx0, sx1, TWO_AXES)[:, None] + cols_t
         smask = (rows_t < n_rows)[:, None] & (cols_t < n_cols)
         if VEC:
             xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
@@ -124,7 +135,7 @@ def _fwd_kernel(
         s = sum_exp_sub(exp_ftz(x3 - ms[None, :, None]), X.dtype.element_ty.primitive_bitwidth == 16).to(tl.float32)
         lse = tl.where(fin, ms + tl.log(s), m)
         rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-        tl.store(Y + row_off(rows, n1, n_rows, sy0, sy1), to_out(lse, Y.dtype.element_ty), mask=rows < n_rows)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1, TWO_AXES), to_out(lse, Y.dtype.element_ty), mask=rows < n_rows)
         return
     rows, cols = _rows_cols(BLOCK_R, BLOCK_D, PHASE)
     rmask = rows < n_rows
@@ -135,9 +146,9 @@ def _fwd_kernel(
         M, S = _merge_partials(PM, PS, rows, n_chunks, NC)
         fin = tl.abs(M) < float("inf")
         lse = tl.where(fin, tl.where(fin, M, 0.0) + tl.log(S), M)
-        tl.store(Y + row_off(rows, n1, n_rows, sy0, sy1), to_out(lse, Y.dtype.element_ty), mask=rmask)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1, TWO_AXES), to_out(lse, Y.dtype.element_ty), mask=rmask)
         return
-    xp = X + row_off(rows, n1, n_rows, sx0, sx1)[:, None] + cols[None, :]
+    xp = X + _row_off(rows, n1, sx0, sx1, TWO_AXES)[:, None] + cols[None, :]
     vmask = mask
     if VEC:
         xp = tl.max_contiguous(tl.multiple_of(xp, [1, 16]), [1, 16])
@@ -171,7 +182,7 @@ def _fwd_kernel(
         s = s64.to(CT)
     if OP == 2:
         lse = tl.where(fin, ms + tl.log(s), m)
-        tl.store(Y + row_off(rows, n1, n_rows, sy0, sy1), to_out(lse, Y.dtype.element_ty), mask=rmask)
+        tl.store(Y + _row_off(rows, n1, sy0, sy1, TWO_AXES), to_out(lse, Y.dtype.element_ty), mask=rmask)
     else:
         if OP == 0:
             # 0 <= y <= 1 exactly; the GPU's approximate division (div.full.f32, 2 ulp) can
@@ -185,7 +196,7 @@ def _fwd_kernel(
                 y = _y32(e, d, s, fin, OP)
         else:
             y = _y32(e, d, s, fin, OP)
-        yoff = row_off(rows, n1, n_rows, sy0, sy1)
+        yoff = _row_off(rows, n1, sy0, sy1, TWO_AXES)
         if YCOL == 0:
             yp = Y + yoff[:, None] + cols[None, :]
             if VEC:
@@ -250,7 +261,7 @@ _DONE: tl.constexpr = tl.constexpr("evict_first")
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _fwd_loop_kernel(
     X, Y, n_rows, n_cols, n1, sx0, sx1, sy0, sy1, syc,
-    OP: tl.constexpr, VEC: tl.constexpr, YCOL: tl.constexpr, BLOCK_D: tl.constexpr,
+    OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, YCOL: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """16/32-bit rows longer than one block, when there are enough rows to fill the GPU: one
     program per row loops over its BLOCK_D chunks, folding each chunk's (max, sum) into the row's
@@ -267,7 +278,7 @@ def _fwd_loop_kernel(
     registers cost its float32 variant a program per SM (rows of 65536: 0.97 -> 0.76, P and Q)."""
     tl.static_assert(BLOCK_D <= 16384, "sum_exp is exact for rows of at most 2**14")
     row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
-    xrow = X + row_off(row, n1, n_rows, sx0, sx1)[:, None]
+    xrow = X + _row_off(row, n1, sx0, sx1, TWO_AXES)[:, None]
     M = tl.full([1], float("-inf"), tl.float64)
     S = tl.zeros([1], tl.float64)
     n_ck = tl.cdiv(n_cols, BLOCK_D)
@@ -303,7 +314,7 @@ def _fwd_loop_kernel(
     s = S.to(tl.float32)
     fin = tl.abs(m) < float("inf")
     ms = tl.where(fin, m, 0.0)
-    yrow = Y + row_off(row, n1, n_rows, sy0, sy1)
+    yrow = Y + _row_off(row, n1, sy0, sy1, TWO_AXES)
     if OP == 2:
         tl.store(yrow, to_out(tl.where(fin, ms + tl.log(s), m), Y.dtype.element_ty))
         return
@@ -432,7 +443,7 @@ def _out32(a, g, tot, mg, OP: tl.constexpr):
 def _bwd_kernel(
     A, G, DX, PS, PK,
     n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, n_chunks,
-    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, DCOL: tl.constexpr, VEC: tl.constexpr,
+    OP: tl.constexpr, PHASE: tl.constexpr, F64: tl.constexpr, DCOL: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, NC: tl.constexpr, RELOAD: tl.constexpr,
 ):
     """OP 0: dx = y * (g - sum(y * g)).  OP 1: dx = g - exp(z) * sum(g).  A is y or z.
@@ -446,8 +457,8 @@ def _bwd_kernel(
     rmask = rows < n_rows
     mask = rmask[:, None] & (cols < n_cols)[None, :]
     other_a = 0.0 if OP == 0 else float("-inf")
-    ap = A + row_off(rows, n1, n_rows, sa0, sa1)[:, None] + cols[None, :]
-    gp = G + row_off(rows, n1, n_rows, sg0, sg1)[:, None] + cols[None, :]
+    ap = A + _row_off(rows, n1, sa0, sa1, TWO_AXES)[:, None] + cols[None, :]
+    gp = G + _row_off(rows, n1, sg0, sg1, TWO_AXES)[:, None] + cols[None, :]
     vmask = mask
     if VEC:
         ap = tl.max_contiguous(tl.multiple_of(ap, [1, 16]), [1, 16])
@@ -498,7 +509,7 @@ def _bwd_kernel(
             a = to_f32(tl.load(ap, mask=vmask, other=other_a, cache_modifier=".ca"))
             g = to_f32(tl.load(gp, mask=vmask, other=0.0, cache_modifier=".ca"))
         dx = _out32(a, g, tot, mg, OP)
-    doff = row_off(rows, n1, n_rows, sd0, sd1)
+    doff = _row_off(rows, n1, sd0, sd1, TWO_AXES)
     if DCOL == 0:
         dp = DX + doff[:, None] + cols[None, :]
         if VEC:
@@ -511,7 +522,7 @@ def _bwd_kernel(
 @triton.jit(do_not_specialize=_NO_SPEC, do_not_specialize_on_alignment=_NO_ALIGN)
 def _bwd_loop_kernel(
     A, G, DX, n_rows, n_cols, n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc,
-    OP: tl.constexpr, VEC: tl.constexpr, DCOL: tl.constexpr, BLOCK_D: tl.constexpr,
+    OP: tl.constexpr, VEC: tl.constexpr, TWO_AXES: tl.constexpr, DCOL: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     """16/32-bit rows longer than one block, with enough rows to fill the GPU: one program per
     row sums its chunks' terms (each chunk exact, _numerics.sum_exact32, scaled by its 2**q1;
@@ -519,9 +530,9 @@ def _bwd_loop_kernel(
     order and writes dx (_out32), to contiguous or strided (DCOL) output columns."""
     tl.static_assert(BLOCK_D <= 16384, "sum_exact32 is exact for rows of at most 2**14")
     row = tl.program_id(0).to(tl.int64) + tl.arange(0, 1)
-    arow = A + row_off(row, n1, n_rows, sa0, sa1)[:, None]
-    grow = G + row_off(row, n1, n_rows, sg0, sg1)[:, None]
-    drow = DX + row_off(row, n1, n_rows, sd0, sd1)[:, None]
+    arow = A + _row_off(row, n1, sa0, sa1, TWO_AXES)[:, None]
+    grow = G + _row_off(row, n1, sg0, sg1, TWO_AXES)[:, None]
+    drow = DX + _row_off(row, n1, sd0, sd1, TWO_AXES)[:, None]
     other_a = 0.0 if OP == 0 else float("-inf")
     tot = tl.zeros([1], tl.float64)
     n_ck = tl.cdiv(n_cols, BLOCK_D)
@@ -581,22 +592,26 @@ def _grid(cfg: L.Config, n_rows: int, phase: int):
 
 
 def _layout(plan: L.RowPlan, vec: bool, col_stride: int) -> dict:
-    """The layout constexprs VEC and COL (the output column mode, YCOL / DCOL).
+    """The layout constexprs VEC, TWO_AXES and COL (the output column mode, YCOL / DCOL).
 
     Each combination is one more compiled kernel per op, dtype and block width, and the property
     suite draws them all: on a GPU its run was mostly compilation (4,843 kernels; 1,479 forward
     variants, nearly the whole product of 2 x 2 x 3 layout combinations with the ops, dtypes and
-    widths). So three layouts, not twelve:
-      VEC, contiguous output columns: the benchmarks' and most callers' tensors;
-      not VEC (rows unaligned or not a multiple of 16 long), contiguous output columns;
-      strided output columns (a reduction over a non-last axis), not VEC.
-    One or two batch axes is not a constexpr: _numerics.row_off branches on n1 < n_rows at run
-    time (a constexpr doubled these variants; the one-axis path keeps rows of 17 columns 1.7-4.5x
-    faster than the two-axis formula, docs/tuning.md). Both formulas give the same offsets for
-    one batch axis, so every layout computes the same values (bitwise layout invariance)."""
+    widths). So five layouts, not twelve:
+      VEC, one batch axis, contiguous output columns: the benchmarks' and most callers' tensors;
+      VEC, two batch axes: permuted batch views whose rows are still aligned;
+      not VEC (rows unaligned or not a multiple of 16 long), one batch axis;
+      not VEC, two batch axes;
+      strided output columns (a reduction over a non-last axis), not VEC, two batch axes.
+    Unaligned rows keep the one-axis offsets: giving them the two-axis formula (a 64-bit
+    division per row) made rows of 17 columns 1.7-4.5x slower and rows of 1,000 columns up to
+    1.2x slower on an H200 (docs/tuning.md). Strided columns take the two-axis offsets, whose
+    cost is small next to their strided access. For one batch axis the two-axis formula
+    (n1 = n_rows, s0 = 0) gives the same offsets, and strided columns always take 64-bit
+    offsets, so every layout computes the same values (bitwise layout invariance)."""
     col = COL_CONTIG if col_stride == 1 else COL_STRIDED
     vec = bool(vec) and col == COL_CONTIG
-    return dict(VEC=vec, COL=col)
+    return dict(VEC=vec, TWO_AXES=plan.n1 < plan.n_rows or col == COL_STRIDED, COL=col)
 
 
 def _looped(plan: L.RowPlan, dtype: torch.dtype, device) -> bool:
@@ -643,7 +658,8 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
     syc = plan.out_col_strides[0] or 1
     vec = L.vec_ok(plan.n_cols, (x, sx0, sx1)) and (op == LOGSUMEXP or L.vec_ok(plan.n_cols, (y, sy0, sy1)))
     lay = _layout(plan, vec, syc)
-    consts = dict(F64=dtype == torch.float64, YCOL=lay["COL"], VEC=lay["VEC"], BLOCK_D=cfg.block_d)
+    consts = dict(F64=dtype == torch.float64, YCOL=lay["COL"], VEC=lay["VEC"], TWO_AXES=lay["TWO_AXES"],
+                  BLOCK_D=cfg.block_d)
     common = dict(consts, enable_fp_fusion=False, num_warps=cfg.num_warps)  # what note_variant records
     args = (plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc, cfg.n_chunks)
     if not cfg.split:
@@ -653,7 +669,7 @@ def _launch_fwd(plan: L.RowPlan, y: torch.Tensor, op: int, dtype: torch.dtype) -
         return
     if _looped(plan, dtype, x.device):
         chunk, warps = L.loop_config(backward=False, dtype=dtype)
-        loop = dict(OP=op, VEC=common["VEC"], YCOL=common["YCOL"], BLOCK_D=chunk)
+        loop = dict(OP=op, VEC=common["VEC"], TWO_AXES=common["TWO_AXES"], YCOL=common["YCOL"], BLOCK_D=chunk)
         L.note_variant("fwd_loop", dtype=str(dtype), **loop)
         _FWD_LOOP((plan.n_rows,), (x, y, plan.n_rows, plan.n_cols, plan.n1, sx0, sx1, sy0, sy1, syc), loop, warps)
         return
@@ -687,7 +703,7 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
         vec = L.vec_ok(plan.n_cols, (ax, sa0, sa1), (gx, sg0, sg1), (dx, sd0, sd1))
         lay = _layout(plan, vec, sdc)
         consts = dict(OP=op, F64=a.dtype == torch.float64, DCOL=lay["COL"], VEC=lay["VEC"],
-                      RELOAD=L.bwd_reload(a.dtype, cfg, op == LOG_SOFTMAX), BLOCK_D=cfg.block_d)
+                      TWO_AXES=lay["TWO_AXES"], RELOAD=L.bwd_reload(a.dtype, cfg, op == LOG_SOFTMAX), BLOCK_D=cfg.block_d)
         common = dict(consts, enable_fp_fusion=False, num_warps=cfg.num_warps)  # what note_variant records
         args = (plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc, cfg.n_chunks)
         if not cfg.split:
@@ -697,7 +713,7 @@ def _backward(a: torch.Tensor, g: torch.Tensor, dim: int, op: int, name: str, a_
                                dict(consts, PHASE=WHOLE, BLOCK_R=cfg.block_r, NC=1), cfg.num_warps)
         elif _looped(plan, a.dtype, a.device):
             chunk, warps = L.loop_config(backward=True, dtype=a.dtype)
-            loop = dict(OP=op, VEC=common["VEC"], DCOL=common["DCOL"], BLOCK_D=chunk)
+            loop = dict(OP=op, VEC=common["VEC"], TWO_AXES=common["TWO_AXES"], DCOL=common["DCOL"], BLOCK_D=chunk)
             L.note_variant("bwd_loop", dtype=str(a.dtype), **loop)
             _BWD_LOOP((plan.n_rows,), (ax, gx, dx, plan.n_rows, plan.n_cols, plan.n1, sa0, sa1, sg0, sg1, sd0, sd1, sdc),
                       loop, warps)

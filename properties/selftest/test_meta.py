@@ -379,8 +379,8 @@ def test_softmax_family_direct_launch_matches_the_jit_launch(monkeypatch):
 @given(st.lists(st.integers(1, 4), min_size=0, max_size=3), st.integers(1, 7), st.integers(1, 2), st.booleans())
 def test_contiguous_plan_is_the_general_plan(batch, d, n_in, per_row):
     """plan_rows' shortcut for contiguous tensors reduced along the last axis gives the general
-    planner's plan, field by field (so the same kernel variant and arguments: VEC and the
-    row offsets read the strides)."""
+    planner's plan, field by field (so the same kernel variant and arguments: VEC and TWO_AXES
+    read the strides)."""
     xs = [torch.empty(batch + [d]) for _ in range(n_in)]
     outs = [(torch.empty(batch if per_row else batch + [d]), per_row)]
     fast = _launch._plan_contiguous(xs, outs)
