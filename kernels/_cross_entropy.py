@@ -634,11 +634,15 @@ class CEConfig:
     """block_r rows x block columns per iteration; each row's columns cut into n_chunks ranges of
     chunk_cols (a multiple of block), one program each. Rows are split only when there are fewer
     than ~4 programs per SM (e.g. 64 rows of 262,144: 4096 x 262,144 fills the GPU unsplit).
-    Environment knobs for tuning on the GPU: CE_KERNELS_MAX_TILE, CE_KERNELS_NUM_WARPS."""
+    Environment knobs for tuning on the GPU: CE_KERNELS_MAX_TILE, CE_KERNELS_NUM_WARPS,
+    CE_KERNELS_MIN_BLOCK."""
 
     def __init__(self, n_rows: int, V: int, dtype: torch.dtype, device):
         tile = max_tile(dtype)
-        self.block = min(tile, max(16, triton.next_power_of_2(V)))
+        # under the interpreter short rows keep their own widths (its time goes per program: fewer
+        # rows per program would cost), on the GPU they share CE_MIN_BLOCK
+        narrowest = 16 if L.interpreting() else int(L.knob("CE_KERNELS_MIN_BLOCK", T.CE_MIN_BLOCK))
+        self.block = min(tile, max(narrowest, triton.next_power_of_2(V)))
         # rows per program: up to 64 in a tile of `tile` elements; under the interpreter tiles of
         # short rows hold up to 512 rows of 8192 elements (its time goes per program and per
         # operation, not per element, and batches of thousands of short rows are checked), while
@@ -672,7 +676,7 @@ def config(n_rows: int, V: int, dtype: torch.dtype, device: torch.device) -> CEC
     """CEConfig for these rows, cached (with the tuning knobs in the key): building one costs
     ~39 us of host time per call on an H200 system (benchmarks/ce_parts.py --host), twice
     per training step."""
-    knobs = (L.knob("CE_KERNELS_MAX_TILE"), L.knob("CE_KERNELS_NUM_WARPS"))
+    knobs = (L.knob("CE_KERNELS_MAX_TILE"), L.knob("CE_KERNELS_NUM_WARPS"), L.knob("CE_KERNELS_MIN_BLOCK"))
     return _config(n_rows, V, dtype, device, knobs)
 
 

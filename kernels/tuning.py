@@ -85,6 +85,7 @@ STATES_HELD_INTERPRETER = 128  # under the interpreter: CPU runs reach the loope
 # ----------------------------------------------------------------------------------------------
 CE_TILE = {2: 4096, 4: 4096, 8: 2048}  # columns per iteration by element size: 16 KB of 16-bit logits, 8 warps (forward 0.99-1.03)
 CE_TILE_INTERPRETER = 256  # under the interpreter: CPU runs reach the looped and split paths
+CE_MIN_BLOCK = 128  # narrowest tile on the GPU: rows of up to 128 classes share one width (rows of 16, 32 or 64 classes each compiled their own variants; short rows are memory-trivial and not a benchmark target)
 CE_MAX_ROWS_PER_PROGRAM = 64  # rows per program of short rows
 CE_MAX_ROWS_PER_PROGRAM_INTERPRETER = 512  # ... under the interpreter, in tiles of ROWS_TILE_INTERPRETER (2047 rows of 16 columns: 4 programs, not 32)
 CE_PROGRAMS_PER_SM = 4  # rows are split across programs only below ~4 programs per SM
@@ -135,6 +136,7 @@ OVERRIDES = {
     "MERGE_KERNELS_STATES_HELD": "merge_states: the most (row, state) weights a program holds (0: always the looped kernel)",
     "CE_KERNELS_MAX_TILE": "cross-entropy columns per iteration (a power of two >= 16)",
     "CE_KERNELS_NUM_WARPS": "cross-entropy warps per program",
+    "CE_KERNELS_MIN_BLOCK": "cross-entropy narrowest tile on the GPU (a power of two >= 16)",
     "ATTN_KERNELS_FWD": "attention forward BLOCK_M/BLOCK_N/num_warps/num_stages, every head dimension",
     "ATTN_KERNELS_BWD": "attention backward BLOCK_M1/BLOCK_N1/BLOCK_M2/BLOCK_N2/num_warps/num_stages",
     "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",
