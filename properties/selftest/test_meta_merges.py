@@ -251,3 +251,26 @@ def test_merge_states_reproducer_rebuilds_the_exact_states(data):
         assert r.stride() == t.stride() or t.numel() == 0, name
         assert bool(((r == t) | (r.isnan() & t.isnan())).all()), name
     assert isinstance(scope["out"], tuple)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_merge_states_bound_holds_where_lse_rounding_erases_the_weights(dtype):
+    """Two keys of scores 0.0025 and -9.5 (weights 0.99993 and 7.5e-5) shifted by -1e9, one state
+    each (and an empty one), values 3.8e-5 and 0.91 (the seed): their float32 lse round to the
+    same multiple of 64, so a correct merge weighs them equally, 0.45 away from the exact answer. merge_value_bound must allow it: its
+    weights' error is exp of the exponent's error, not the first-order term (an H200 run of
+    many_rows_match_oracle drew this row among 65,535 and failed the project's kernels)."""
+    from ..families.merge_states.case import StatesCase
+    from ..invariants._checks import check_oracle
+    from ..strategies import Layout, Logits
+    from .meta_support import kernels_target
+    name = str(dtype).replace("torch.", "")
+    case = StatesCase(op="merge_states", dtype=dtype, scores=Logits(rows=1, cols=2, dtype=name,
+                      fill=("const", 0.002528828103095293), patches=((0, 1, 2, -9.49649715423584),)),
+                      batch=(1,), cuts=(0, 1), masked=(), garbage=(), tree=((0, 1), 2), dv=1, v_seed=117, qk=(),
+                      layout=Layout(kind="contiguous", k=0), lse_layout="contiguous", lse_shift=-1e9)
+    o, lse = case.stacked_values()
+    assert lse[0, 1] == lse[0, 2] and bool(lse[0, 0] == -math.inf)  # the rounding erased the weights
+    assert float(o[0, 2, 0].abs()) > 3000 * float(o[0, 1, 0].abs())  # the light value is the larger
+    check_oracle(case, kernels_target(), poisoned=True)
+

@@ -46,10 +46,15 @@ def merge_value_bound(dtype, depth, lam, mag, n_keys=0, leaves=True):
     t = TABLE[dtype]
     u = t.u_c
     H = max(int(depth), 1)
-    rel = H * u * (6 * lam + 36) + (H if leaves else H - 1) * 2.0 ** -t.precision
+    expo = H * u * (6 * lam + 36) + (H if leaves else H - 1) * 2.0 ** -t.precision
     if leaves:
-        rel = rel + 2 * u * lam
-    rel = rel + U_ORACLE * (4 * 745 + n_keys + 10)
+        expo = expo + 2 * u * lam
+    # the errors above move a weight's exponent: its relative error is expm1 of their sum, not
+    # the sum (expm1(x) >= x; the value roundings, relative, are folded in: e**v >= 1 + v). Where
+    # u Lam nears 1 the first-order sum is not a bound: float32 lse near -1e9 are multiples of 64,
+    # so two states of weights 0.99993 and 7.5e-5 (scores 9.5 apart) arrive with equal lse, and a
+    # correct merge gives them equal weights (test_meta_merges, the case an H200 run drew).
+    rel = torch.expm1(torch.as_tensor(expo, dtype=torch.float64)) + U_ORACLE * (4 * 745 + n_keys + 10)
     absolute = (H + 1) * (2.0 ** (t.emin - t.precision) + ATOL_FTZ * t.tiny_c)
     return torch.nan_to_num(mag * rel, nan=0.0) + absolute
 
