@@ -2,6 +2,8 @@
 properties/tolerances.py (the one tolerance table)."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ...tolerances import ATOL_FTZ, TABLE, U_ORACLE
@@ -54,7 +56,8 @@ def merge_value_bound(dtype, depth, lam, mag, n_keys=0, leaves=True):
     # u Lam nears 1 the first-order sum is not a bound: float32 lse near -1e9 are multiples of 64,
     # so two states of weights 0.99993 and 7.5e-5 (scores 9.5 apart) arrive with equal lse, and a
     # correct merge gives them equal weights (test_meta_merges, the case an H200 run drew).
-    rel = torch.expm1(torch.as_tensor(expo, dtype=torch.float64)) + U_ORACLE * (4 * 745 + n_keys + 10)
+    grow = torch.expm1(expo) if isinstance(expo, torch.Tensor) else math.expm1(expo)
+    rel = grow + U_ORACLE * (4 * 745 + n_keys + 10)
     absolute = (H + 1) * (2.0 ** (t.emin - t.precision) + ATOL_FTZ * t.tiny_c)
     return torch.nan_to_num(mag * rel, nan=0.0) + absolute
 
