@@ -97,14 +97,12 @@ class OpSpec:
       the names reproducers and reports use). options: the keyword options every call passes
       (cross-entropy's ignore_index, reduction, label_smoothing); a case's values for them come
       from the case (``case.kwargs()``). A target's function must accept ``name(*args,
-      **options)``: the plugin checks its signature before any test runs. optional: keyword
-      options a target may lack (attention's causal, scale, window, softcap), passed only where a
-      case uses them: a case using one the target's function does not take is discarded, and a
-      law that needs one (``needs=("option:NAME",)``) is skipped with that reason. offered:
-      keyword options a target may offer or not (cross-entropy's weight, z_loss, softcap,
-      logit_scale): discovered from its function's signature (Target.offers); cases draw
-      them only where the target offers them, and a law that needs one (``needs=("option:NAME",)``)
-      is skipped where it does not.
+      **options)``: the plugin checks its signature before any test runs. offered: keyword
+      options a target may take or not (attention's causal, scale, window, softcap;
+      cross-entropy's weight, z_loss, softcap, logit_scale), discovered from its function's
+      signature (Target.offers): cases draw only those the target offers, every call passes only
+      those its case uses, and a law that needs one (``needs=("option:NAME",)``) is skipped where
+      it is not offered.
     Meaning
       oracle: the FP64 function the op computes (float64 tensors in, float64 out; options as
       keywords); what it gives is the FP64 truth. truth(case, args, strict=False) -> Truth: the
@@ -160,7 +158,6 @@ class OpSpec:
     semantics: tuple = field(default=(), repr=False)
     torch_ref: Optional[Callable] = None
     options: tuple = ()
-    optional: tuple = ()
     offered: tuple = ()
 
     def __post_init__(self):

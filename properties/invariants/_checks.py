@@ -20,12 +20,12 @@ from ._registry import fail
 # calling the target
 # ----------------------------------------------------------------------------------------------
 def run(target, op, *tensors, **kw):
-    """Call the target; a declared refusal discards the example, anything else propagates. A case
-    passing an optional keyword option (OpSpec.optional) that the target's function does not take
-    is discarded: the target does not offer that problem (laws that need the option say so in
-    their skip reason)."""
-    optional = getattr(OPS.get(op), "optional", ())
-    if optional and any(k in optional and not target.offers(op, k) for k in kw):
+    """Call the target; a declared refusal discards the example, anything else propagates. A call
+    passing an option of OpSpec.offered that the target's function does not take is discarded
+    (the strategies draw only offered options; a law's own override may still pass one): the
+    target does not offer that problem (laws that need the option say so in their skip reason)."""
+    offered = getattr(OPS.get(op), "offered", ())
+    if offered and any(k in offered and not target.offers(op, k) for k in kw):
         reject()
     try:
         return target.call(op, *tensors, **kw)

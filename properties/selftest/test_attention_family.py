@@ -41,6 +41,32 @@ def test_an_option_the_target_lacks_discards_the_case_and_skips_laws_that_need_i
     assert skip_reason(law("mask_locality"), "attention", t) is None
 
 
+@pytest.mark.parametrize("empty", [False, True])
+def test_cases_draw_only_the_options_the_target_offers(empty):
+    """The strategies draw the options of OpSpec.offered that the target's function takes
+    (strategies.OFFERED, set by the plugin from the signatures): a causal-only target never gets
+    a case with a window, scale or softcap (such cases would only be discarded at the call), and
+    its empty-row cases leave a query no key without a window."""
+    from hypothesis import given, settings
+    from .. import strategies as S
+    t = Target(_module("causal_only", attention=_causal_only))
+    saved = S.OFFERED.values
+    seen = []
+    try:
+        S.OFFERED.values = {"attention": t.offered("attention")}
+        assert S.OFFERED.values["attention"] == ("causal", "scale")
+
+        @settings(max_examples=60, deadline=None, database=None)
+        @given(AS.attn_cases("attention", empty=empty))
+        def draw(case):
+            assert case.window is None and case.softcap is None
+            seen.append((case.causal, case.scale))
+        draw()
+    finally:
+        S.OFFERED.values = saved
+    assert any(c for c, _ in seen) and any(sc is not None for _, sc in seen)
+
+
 def test_the_declared_alignment_reaches_the_cases():
     saved = AS.TARGET.module
     try:

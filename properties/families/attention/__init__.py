@@ -1,6 +1,6 @@
 """Attention: ``attention(q, k, v, *, causal, scale, window, softcap) -> (o, lse)`` and its explicit
 VJP ``attention_backward(q, k, v, o, lse, do, *, ...) -> (dq, dk, dv)`` (docs/contract.md), drawn as
-an AttnCase. The options are optional (OpSpec.optional): a target offers those its function takes,
+an AttnCase. The options are the spec's offered ones: a target offers those its function takes,
 and declares its causal alignment (``ATTENTION_CAUSAL_ALIGNMENT``, bottom-right by default).
 
 * ``case.py``: AttnCase and its layouts; ``strategies.py``: attn_cases;
@@ -57,8 +57,8 @@ def _sample(x):
 # autograd laws, written for ops of one output and one differentiated input, have no grad_truth
 # here and do not select it)
 register(OpSpec("attention", "attention", ("q", "k", "v"), _forward_oracle, truth.attention_truth, S.attn_case,
-                optional=OPTIONS, semantics=_semantics_rows(), differentiable=True, sample=_sample))
+                offered=OPTIONS, semantics=_semantics_rows(), differentiable=True, sample=_sample))
 register(OpSpec("attention_backward", "attention", ("q", "k", "v", "o", "lse", "do"), _backward_oracle,
-                truth.attention_backward_truth, S.attn_case, forward="attention", optional=OPTIONS))
+                truth.attention_backward_truth, S.attn_case, forward="attention", offered=OPTIONS))
 
 from . import laws  # noqa: E402,F401  (the family's laws, registered after its ops)

@@ -13,6 +13,7 @@ import torch
 from hypothesis import strategies as st
 
 from ... import strategies as S
+from ...spec import lookup
 from .case import AttnCase, KV_ONLY, LAYOUTS
 
 HEAD_DIMS = (16, 32, 64, 128)
@@ -68,8 +69,9 @@ def lengths(dtype, head_dim, cap):
 
 @st.composite
 def attn_cases(draw, op: str, options=True, empty=False):
-    """An AttnCase of op (attention or attention_backward). options=False: no option; empty: some
-    query sees no key (Lk = 0, or Lq > Lk under a causal mask or a window (0, 0))."""
+    """An AttnCase of op (attention or attention_backward). options=False: no option; else each
+    option the target offers (OpSpec.offered, strategies.OFFERED); empty: some query sees no key
+    (Lk = 0, or Lq > Lk under a causal mask or a window (0, 0))."""
     dtype = draw(S.dtypes(), label="dtype")
     D = draw(S.rarely(st.sampled_from(ODD_HEAD_DIMS), st.sampled_from(HEAD_DIMS[:3] if max_len() < 256
                                                                         else HEAD_DIMS), 5), label="D")
@@ -100,14 +102,22 @@ def attn_cases(draw, op: str, options=True, empty=False):
     layouts = (draw(S.rarely(lay, plain, 3), label="q_layout"), draw(S.rarely(kv_lay, plain, 3), label="k_layout"),
                draw(S.rarely(kv_lay, plain, 3), label="v_layout"), draw(S.rarely(lay, plain, 3), label="do_layout"))
     causal, scale, window, softcap = False, None, None, None
+    offered = S.OFFERED.of(lookup(op))  # the options the target's function takes (all: drawn as before)
     if options:
-        causal = draw(st.booleans(), label="causal")
-        scale = draw(S.rarely(st.sampled_from(SCALES), st.just(None), 4), label="scale")
-        side = st.one_of(st.integers(0, 8), st.just(-1))
-        window = draw(S.rarely(st.tuples(side, side), st.just(None), 4), label="window")
-        softcap = draw(S.rarely(st.sampled_from(SOFTCAPS), st.just(None), 4), label="softcap")
+        if "causal" in offered:
+            causal = draw(st.booleans(), label="causal")
+        if "scale" in offered:
+            scale = draw(S.rarely(st.sampled_from(SCALES), st.just(None), 4), label="scale")
+        if "window" in offered:
+            side = st.one_of(st.integers(0, 8), st.just(-1))
+            window = draw(S.rarely(st.tuples(side, side), st.just(None), 4), label="window")
+        if "softcap" in offered:
+            softcap = draw(S.rarely(st.sampled_from(SOFTCAPS), st.just(None), 4), label="softcap")
     if empty and Lk > 0 and not causal:
-        window = (0, 0)
+        if "window" in offered:
+            window = (0, 0)
+        else:  # without a window, only an empty key set leaves a query no key
+            Lk = 0
     return AttnCase(op, dtype, B, Hkv * G, Hkv, Lq, Lk, D, Dv, seed, mags, constant_keys, layouts, causal, scale,
                     window, softcap, alignment())
 
