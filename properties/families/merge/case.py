@@ -1,6 +1,7 @@
 """The merge case: a row split into chunks, each chunk's (x, lse) state, and a merge tree over them."""
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -61,6 +62,28 @@ def tree_code(tree, op: str, out: str = "out", prefix: str = "m") -> list:
         return [f"{out} = ({expr})  # one chunk: no merge"]
     steps[-1][0] = out
     return [f"{name} = target.{op}({left}, {right})" for name, left, right in steps]
+
+
+# The values and chunk states of the two cases in use, each computed once. A many-row case's laws
+# read them several times per example (every chunk's state for the call and again for the bound's
+# Lam, the scores for each state and for the one-shot truth), and each is CPU work on up to 2**21
+# elements, by design: the states are FP64 truths formed on the CPU so that every device is fed
+# the same bits. Readers get copies (Tensor.to(device, copy=True)), never the memo's tensors.
+_MEMO: "collections.OrderedDict" = collections.OrderedDict()
+_MEMO_CASES = 2  # a law compares a case with one variant of it at most (row independence)
+
+
+def _memo(case, what, make):
+    entry = _MEMO.get(case)
+    if entry is None:
+        entry = _MEMO[case] = {}
+        while len(_MEMO) > _MEMO_CASES:
+            _MEMO.popitem(last=False)
+    else:
+        _MEMO.move_to_end(case)
+    if what not in entry:
+        entry[what] = make()
+    return entry[what]
 
 
 @dataclass(frozen=True)
@@ -130,6 +153,9 @@ class MergeCase(OpCase):
 
     def score_values(self, device="cpu") -> torch.Tensor:
         """(*batch, N) float64: the scores, masked chunks set to -inf."""
+        return _memo(self, "scores", self._score_values).to(device, copy=True)
+
+    def _score_values(self) -> torch.Tensor:
         N = self.n_keys
         if self.qk:
             seed, dk = self.qk
@@ -145,12 +171,15 @@ class MergeCase(OpCase):
         for c in self.masked:
             lo, hi = self.bounds()[c]
             s[..., lo:hi] = -math.inf
-        return s.to(device)
+        return s
 
     def v_values(self, device="cpu") -> torch.Tensor:
+        return _memo(self, "v", self._v_values).to(device, copy=True)
+
+    def _v_values(self) -> torch.Tensor:
         rng = np.random.default_rng(self.v_seed)
         v = torch.from_numpy(rng.standard_normal((*self.batch, self.n_keys, self.dv)))
-        return v.to(self.dtype).double().to(device)
+        return v.to(self.dtype).double()
 
     def state(self, chunks, device="cpu"):
         """(x, lse) of the union of the given chunks' columns (in that order): FP64 one-shot truth
@@ -158,8 +187,9 @@ class MergeCase(OpCase):
         has a garbage value). Computed on the CPU and then moved to device, so the states are the
         same bits on every device: those the reproducer prints are those the target was fed
         (a GPU's float64 exp/log can differ from the CPU's in the last bit)."""
-        x, lse = self._state_cpu(tuple(chunks))
-        return x.to(device), lse.to(device)
+        chunks = tuple(chunks)
+        x, lse = _memo(self, ("state", chunks), lambda: self._state_cpu(chunks))
+        return x.to(device, copy=True), lse.to(device, copy=True)
 
     def _state_cpu(self, chunks):
         from softmax_properties import oracles
