@@ -10,6 +10,8 @@ from a line of torch code that is also what the reproducer prints: the two canno
 """
 from __future__ import annotations
 
+import contextlib
+
 import math
 from dataclasses import dataclass, field
 
@@ -389,8 +391,29 @@ def inputs(draw, dtype, boundaries=(), families=FAMILIES, allow_empty=True, max_
     return Input(lg, tuple(batch), lay)
 
 
+@dataclass
+class _Only:
+    dtypes: tuple = None  # the dtypes the running law's cases are drawn in (None: DTYPES)
+
+
+ONLY = _Only()
+
+
+@contextlib.contextmanager
+def only_dtypes(allowed):
+    """Within the block, dtypes() draws only from `allowed` (None: every dtype): the law being
+    checked judges those alone (Invariant.dtypes), so its strategies draw no case to reject."""
+    saved, ONLY.dtypes = ONLY.dtypes, (None if allowed is None else tuple(allowed))
+    try:
+        yield
+    finally:
+        ONLY.dtypes = saved
+
+
 def dtypes():
-    return st.sampled_from(DTYPES)
+    if ONLY.dtypes is None:
+        return st.sampled_from(DTYPES)
+    return st.sampled_from([d for d in DTYPES if d in ONLY.dtypes])
 
 
 @dataclass

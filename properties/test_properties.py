@@ -91,7 +91,8 @@ def test_property(inv, op, target, request):
                 request.node.user_properties.append(("softmax_replay", path))
 
     try:
-        check()
+        with S.only_dtypes(inv.dtypes):
+            check()
     except errors.Unsatisfiable as e:  # nothing the law could judge: say why
         if inv.record.refused and not target.declares_refusals:
             # a refusal is a module's deliberate answer, declared; undeclared, a law that judged

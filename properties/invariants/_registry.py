@@ -29,7 +29,9 @@ class Invariant:
     logit family (or name a marker family of strategies: MANY_ROWS, MASKED_CHUNKS), None for all;
     max_cols: a cap on row length (for checks that cost O(D) evaluations per column);
     max_examples: a cap on the profile's examples per test (for laws whose every example costs
-    seconds whatever the shape); tier: "default" or "strict" (docs/tiers.md)."""
+    seconds whatever the shape); dtypes: the only dtypes its cases are drawn in (strategies.
+    only_dtypes), None for all (a law that judges one dtype draws no case to reject); tier:
+    "default" or "strict" (docs/tiers.md)."""
 
     name: str
     check: Callable
@@ -39,6 +41,7 @@ class Invariant:
     max_cols: int = None
     tier: str = "default"
     max_examples: int = None
+    dtypes: tuple = None
 
     @property
     def ops(self) -> tuple:
@@ -72,7 +75,7 @@ def _named(name: str, tier: str, check: Callable, like: Callable) -> Callable:
 
 
 def invariant(applies: Callable, *, needs=(), families=None, max_cols=None, tier="default", strict=None,
-              max_examples=None):
+              max_examples=None, dtypes=None):
     """Register fn as a law of the given tier for every op whose spec `applies` accepts. ``needs``:
     target capabilities ("dim", "autograd" (differentiable in some dtype), "float64" (with "autograd":
     differentiable in float64), or "op:NAME", a partner op the law calls) or "cuda"
@@ -97,7 +100,8 @@ def invariant(applies: Callable, *, needs=(), families=None, max_cols=None, tier
             if any(inv.name == name for inv in REGISTRY):
                 raise ValueError(f"invariant {name!r} is registered twice")
             check = _named(name, t, check, fn)
-            REGISTRY.append(Invariant(name, check, applies, tuple(needs), families, max_cols, t, max_examples))
+            REGISTRY.append(Invariant(name, check, applies, tuple(needs), families, max_cols, t, max_examples,
+                                      None if dtypes is None else tuple(dtypes)))
             return check
         default = add(fn.__name__, fn, tier)
         if strict:

@@ -241,3 +241,20 @@ def test_a_toy_family_case_replays(tmp_path):
         assert status == "FAIL" and "temperature=0.25" in text, text
     with pytest.raises(ValueError, match=r"CASE must be a case of a registered op"):
         replay.load(str(path))
+
+
+def test_a_law_of_one_dtype_draws_only_that_dtype():
+    """Invariant.dtypes reaches the strategies (strategies.only_dtypes, set around each law's
+    search): gradcheck_float64's cases are all float64, where the rejection of the others made it
+    call its check five times per example on a GPU; the restriction ends with the block."""
+    assert law("gradcheck_float64").dtypes == (torch.float64,)
+    seen = set()
+
+    @settings(max_examples=40, deadline=None, database=None)
+    @given(st.data())
+    def draw(data):
+        for op in ("softmax", "logsumexp", "cross_entropy", "attention", "attention_merge", "merge_states"):
+            seen.add(data.draw(S.cases(op)).dtype)
+    with S.only_dtypes(law("gradcheck_float64").dtypes):
+        draw()
+    assert seen == {torch.float64} and S.ONLY.dtypes is None

@@ -380,7 +380,7 @@ def one_graph_per_backward(fn):
 
 
 @invariant(one_differentiable_input, needs=("autograd", "float64"), families=("moderate", "grid", "one_hot"),
-           max_cols=12)
+           max_cols=12, dtypes=(torch.float64,))
 def gradcheck_float64(case, target):
     """torch.autograd.gradcheck of the differentiable op in float64 (finite differences against
     the registered backward, torch's own tolerances atol=1e-5, rtol=1e-3), in its fast mode: a
