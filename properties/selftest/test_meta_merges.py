@@ -257,9 +257,10 @@ def test_merge_states_reproducer_rebuilds_the_exact_states(data):
 def test_merge_states_bound_holds_where_lse_rounding_erases_the_weights(dtype):
     """Two keys of scores 0.0025 and -9.5 (weights 0.99993 and 7.5e-5) shifted by -1e9, one state
     each (and an empty one), values 3.8e-5 and 0.91 (the seed): their float32 lse round to the
-    same multiple of 64, so a correct merge weighs them equally, 0.45 away from the exact answer. merge_value_bound must allow it: its
-    weights' error is exp of the exponent's error, not the first-order term (an H200 run of
-    many_rows_match_oracle drew this row among 65,535 and failed the project's kernels)."""
+    same multiple of 64, so a correct merge weighs them equally, 0.45 away from the exact
+    answer. merge_value_bound must allow it: its weights' error is exp of the exponent's error,
+    not the first-order term (an H200 run of many_rows_match_oracle drew such a row among 65,535
+    and failed the project's kernels)."""
     from ..families.merge_states.case import StatesCase
     from ..invariants._checks import check_oracle
     from ..strategies import Layout, Logits
