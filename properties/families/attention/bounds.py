@@ -42,7 +42,8 @@ The backward (dq, dk, dv of o's cotangent do): dP_ij = do_i . v_j within (dep_Dv
 are added) within sum_j (dP_ij |dP_ij| + P_ij F_ij) + dep_L u sum_j P_ij |dP_ij| + (eps_o_i +
 ulp(o_i)) . |do_i| + dep_Dv u |o_i|.|do_i|; dS_ij = P_ij (dP_ij - Delta_i) within
 dP_ij |dP_ij - Delta_i| + P_ij (F_ij + eps_Delta_i) + (3u + u_in) |dS_ij| (rounded to the input
-dtype for the next matmuls in 16 bits) + tiny_c (a product below the normal range flushed); with softcap dT = dS (1 - tanh^2(t / c)), within
+dtype for the next matmuls in 16 bits) + tiny_c (a product below the normal range flushed);
+with softcap dT = dS (1 - tanh^2(t / c)), within
 eps_dS f + |dS| (0.77 E_ij / c + 6u) (|d/dx (1 - tanh^2 x)| <= 0.77); dq_i = scale sum_j dT_ij
 k_j within scale (sum_j eps_dT_ij |k_j| + dep_L u sum_j |dT_ij| |k_j|) + u |dq_i|; dk_j = scale
 sum_i dT_ij q_i and dv_j = sum_i P_ij do_i, summed over the G query heads of a key / value head,
@@ -200,3 +201,46 @@ def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool):
         edk = edk + ek.reshape(B, Hkv, g, Lk, D).sum(2) + u * dk_abs.reshape(B, Hkv, g, Lk, D).sum(2)
         edv = edv + ev.reshape(B, Hkv, g, Lk, Dv).sum(2)
     return tuple(torch.nan_to_num(e, nan=0.0) for e in (edq, edk, edv))
+
+
+# ----------------------------------------------------------------------------------------------
+# the laws that compare several calls (laws.py): each bound from the calls' own bounds above
+# ----------------------------------------------------------------------------------------------
+def split_merge_bounds(parts, ref_lse):
+    """split_kv_equivalence: the calls over the key ranges, each within its own bound (parts: the
+    [(o truth, lse truth)] of each range, eps_o_c and eps_lse_c with their final rounding),
+    merged in FP64 by the lse rule, against the truth over all keys (ref_lse). An error of at
+    most L = max_c eps_lse_c in each part's lse moves its weight by a factor of at most exp(2L),
+    so the merged o is within sum_c W_c (eps_o_c + |o_c| expm1(2L)) and its lse within L (W_c:
+    the FP64 weights exp(lse_c - lse)). Returns (tol_o, tol_lse)."""
+    L = parts[0][1].tol
+    for _, el in parts[1:]:
+        L = torch.maximum(L, el.tol)
+    lse_t = torch.stack([el.ref for _, el in parts], -1)
+    W = torch.nan_to_num(torch.exp(lse_t - ref_lse[..., None]), nan=0.0)
+    g = torch.expm1(2 * L)[..., None]
+    tol_o = sum(W[..., c, None] * (eo.tol + eo.ref.abs() * g) for c, (eo, _) in enumerate(parts))
+    return tol_o, L
+
+
+def shifted_input_bound(e1, e2, effect):
+    """Two calls on inputs that differ by a shift rounded to the dtype (k + u, v + c), each within
+    its bound of its own FP64 truth (e1, e2): the law's exact effect of the shift plus the FP64
+    effect of that rounding, |ref2 - ref1 - effect|, on top of the two bounds."""
+    return e1.tol + e2.tol + (e2.ref - e1.ref - effect).abs()
+
+
+def shifted_lse_bound(el1, el2, moved, seen):
+    """key_shift's lse: shifted_input_bound with the exact move scale q.u (moved) on the rows that
+    see a key (seen; the others have no lse to move), plus the float64 rounding of the law's own
+    sum l1 + scale q.u (2**-52 of each term's magnitude; an infinite lse adds none)."""
+    gap = torch.where(seen, (el2.ref - el1.ref - moved).abs(), 0.0)
+    finite = el1.ref.abs().nan_to_num(posinf=0.0, neginf=0.0)
+    return el1.tol + el2.tol + gap + 2.0**-52 * (moved.abs() + finite)
+
+
+def column_sum_bound(tol, got, n_terms, beside=0.0):
+    """A float64 sum over axis 2 of values each within tol of its truth: the sum of the bounds,
+    plus the sum's own rounding, n_terms u64 (sum |got| + |beside|) (beside: the magnitude of the
+    other side of the comparison, summed in float64 too)."""
+    return tol.sum(2) + n_terms * 2.0**-52 * (got.double().abs().sum(2) + beside)
