@@ -343,9 +343,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 # the laws that took longest on an H200 (gpu profile: 60-190 s, against 20-40 s for most), and
-# the families whose laws took longest on average (45-55 s, against 28-39 s): docs/results.md
+# the families whose laws took longest on average (45-110 s, against 28-39 s): docs/results.md
 _LONG_LAWS = ("many_rows_match_oracle", "autograd_backward_twice", "autograd_composition", "dim_argument")
-_LONG_FAMILIES = ("cross_entropy", "merge", "merge_states")
+_LONG_FAMILIES = ("attention", "cross_entropy", "merge", "merge_states")
 
 
 def _hand_out_one_at_a_time(option) -> None:
