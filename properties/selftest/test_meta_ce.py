@@ -239,3 +239,37 @@ def test_ce_smoothing_mean_at_the_range_end(dtype, V):
     case = CECase("cross_entropy", getattr(torch, dtype), S.Input(x, (), S.Layout()), CE.Targets((0,)), -100,
                   "mean", 0.1)
     ce_matches_oracle(case, tg)
+
+
+def test_ce_z_loss_gradient_bound_admits_a_flushed_softmax():
+    """float32 logits [60, -64 x 29, -28.5 at class 20], target 0, z-loss 0.5, mean (a GPU
+    counterexample of ce_z_loss_term): p_20 = exp(-88.5) = 3.7e-39 is subnormal, and a kernel that
+    flushes it (the GPU's FTZ exp) returns dx_20 = 0 with and without the z term, where the exact
+    z term is 2 z lse p_20 = 2.2e-37, five times the output's FTZ floor. The target here is the
+    kernels fed the logits whose p_j is below float32's smallest normal set to -inf: what an FTZ
+    kernel computes, on any device."""
+    import types
+
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_options_match_oracle, ce_z_loss_term
+    from ..ops import Target
+
+    tiny = torch.finfo(torch.float32).tiny
+
+    def flushed(x, target, dloss, **kw):
+        y = oracles.ce.transform(x.double(), kw.get("softcap"), kw.get("logit_scale", 1.0))
+        p = torch.exp(y - torch.logsumexp(y, -1, keepdim=True))
+        return kernels.cross_entropy_backward(x.masked_fill(p < tiny, float("-inf")), target, dloss, **kw)
+
+    tg = Target(types.ModuleType("ftz_kernels"))
+    tg.module.cross_entropy_backward = flushed
+    tg.device = DEV
+    x = S.Logits(1, 31, "float32", ("const", -64.0), ((0, 0, 1, 60.0), (0, 20, 21, -28.5)))
+    case = CECase("cross_entropy_backward", torch.float32, S.Input(x, (), S.Layout()), CE.Targets((0,)), -100,
+                  "mean", 0.0, CE.DLoss(("const", 1.0)), z_loss=0.5)
+    args = case.tensors(DEV)
+    assert float(flushed(*args, reduction="mean", z_loss=0.5)[20]) == 0.0
+    assert float(kernels.cross_entropy_backward(*args, reduction="mean", z_loss=0.5)[20]) > 2e-37 \
+        or DEV != "cpu"  # the interpreter keeps subnormals: the flush is the target's alone
+    ce_z_loss_term(case, tg)
+    ce_options_match_oracle(case, tg)

@@ -159,7 +159,7 @@ def ce_options_loss_bound(u, lse, lse_err, y, yt, dy, dyt, w, wt, eps, z, fin):
     return out + 2 * u * total
 
 
-def ce_options_grad_bound(u, p, y, lse, lse_err, dy, J, dJ, w, wt, eps, z, sc, zsc, is_t, d):
+def ce_options_grad_bound(u, p, y, lse, lse_err, dy, J, dJ, w, wt, eps, z, sc, zsc, is_t, d, tiny=0.0):
     """dx_j = J_j gy_j, gy_j = sc ((1 - eps) w_t (p_j - [j = t]) + eps / V (sum(w) p_j - w_j))
     + zsc 2 z lse p_j (w = 1 without weights; sc, zsc the rows' scales of the two terms, dloss or
     dloss over the mean's divisors), at unit roundoff u. p_j = exp(y_j - lse) is formed from y
@@ -168,8 +168,14 @@ def ce_options_grad_bound(u, p, y, lse, lse_err, dy, J, dJ, w, wt, eps, z, sc, z
     p_j expm1(dy_j + L + u d_j + 4u) (exactly, not to first order). That times the factors of
     p_j (|sc| ((1 - eps) |w_t| + eps / V sum |w|) + 2 z |zsc lse|), plus 2 z |zsc| p_j L for the
     lse factor, plus 6u of the terms' magnitudes for their products, sums and the scales'
-    roundings, is the error of gy, E; then |J| E + |gy| dJ + E dJ (dJ: transform_grad_error)."""
+    roundings, is the error of gy, E; then |J| E + |gy| dJ + E dJ (dJ: transform_grad_error).
+    FTZ: a p_j formed below tiny (the compute precision's smallest normal; 0 for the oracle) may
+    be flushed to 0, an error of up to tiny in p_j that every factor of p_j multiplies: with
+    z-loss 2 z |lse| of them (float32, lse 60, z 0.5: a flushed p_j of 3e-39 moves dx_j by 2e-37,
+    beyond the output's own FTZ floor). Only y_j = -inf has p_j = 0 exactly."""
     ep = torch.where(p > 0, p * torch.expm1(dy + L_of(dy, lse_err)[..., None] + u * d + 4 * u), 0.0)
+    if tiny:
+        ep = ep + torch.where(y > float("-inf"), tiny, 0.0)
     V = p.shape[-1]
     wsum = w.abs().sum(-1, keepdim=True) if w.ndim else w.abs() * V
     coef = sc.abs()[..., None] * ((1 - eps) * wt.abs()[..., None] + eps / V * wsum) + 2 * z * (zsc * lse).abs()[..., None]

@@ -199,7 +199,8 @@ def ce_options_truth(case, args, red, eps, depth, strict):
     for u, le in zip(units, lse_err):
         yerr = dy if u != tolerances.U_ORACLE else 0 * dy
         dJ = B.transform_grad_error(uy if u != tolerances.U_ORACLE else u, x64, c, s)
-        eps_g = eps_g + B.ce_options_grad_bound(u, p, y, lse, le, yerr, J, dJ, w, wt, eps, z, sc, zsc, hot, dxy)
+        tiny = tolerances.TABLE[case.dtype].tiny_c if u != tolerances.U_ORACLE else 0.0
+        eps_g = eps_g + B.ce_options_grad_bound(u, p, y, lse, le, yerr, J, dJ, w, wt, eps, z, sc, zsc, hot, dxy, tiny)
     if sixteen:
         u16 = 2.0 ** -tolerances.TABLE[case.dtype].precision
         eta = 0.5 * float(tolerances.ulp(torch.zeros((), device="cpu"), case.dtype))
