@@ -561,6 +561,14 @@ def _padded(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
 
 
+def _head_block(D: int, Dv: int) -> int:
+    """BLOCK_D = BLOCK_DV: one block for both head dimensions, the larger padded. Where D != Dv
+    the smaller side computes on masked zeros (a rare shape: the kernel is then FULL = False
+    anyway unless both fill their blocks), and the (BLOCK_D, BLOCK_DV) pairs no longer
+    multiply the compiled variants (5 block sizes: 5 pairs, not 25)."""
+    return max(_padded(D), _padded(Dv))
+
+
 def fwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the forward (kernels/tuning.py;
     ATTN_KERNELS_FWD=BM/BN/W/S overrides)."""
@@ -675,7 +683,7 @@ def forward(q, k, v, scale: float, left, right, softcap):
         return o.zero_(), lse.fill_(float("-inf"))
     F64 = q.dtype == torch.float64
     bm, bn, warps, stages = fwd_config(q.dtype, D, Dv)
-    bd, bdv = _padded(D), _padded(Dv)
+    bd = bdv = _head_block(D, Dv)
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, o), D, Dv, bd, bdv)
     L.note_variant("attention_fwd", dtype=str(q.dtype), BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv, FULL=full,
@@ -710,7 +718,7 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
             (o, do, dl, delta, n_rows, Hq, Lq, Dv, *o.stride(), *do.stride(), 1),
             dict(F64=F64, HAS_DLSE=has_dlse, BLOCK_R=br, BLOCK_DV=bdv), 4, 1)
     bm1, bn1, bm2, bn2, warps, stages = bwd_config(q.dtype, D, Dv)
-    bd = _padded(D)
+    bd = bdv = _head_block(D, Dv)
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, do, dq, dk, dv), D, Dv, bd, bdv)
     L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
