@@ -67,6 +67,31 @@ def test_cases_draw_only_the_options_the_target_offers(empty):
     assert any(c for c, _ in seen) and any(sc is not None for _, sc in seen)
 
 
+@pytest.mark.parametrize("law_name", ["mask_locality", "split_kv_equivalence", "grouped_heads_match_repeated"])
+def test_a_law_gets_the_cases_its_precondition_needs(law_name):
+    """The laws whose precondition a plain draw meets one time in two to four draw their cases
+    with it (the families masked, unmasked, grouped): every case meets it, and mask_locality
+    finds keys to change in most (a window of unbounded sides masks nothing)."""
+    from hypothesis import given, settings
+    from .. import strategies as S
+    from ..families.attention.laws import _invisible_change, _masked
+    inv = law(law_name)
+    picked = []
+
+    @settings(max_examples=80, deadline=None, database=None)
+    @given(S.cases("attention", inv.families, inv.max_cols))
+    def draw(case):
+        if law_name == "mask_locality":
+            assert _masked(case) and case.Lq >= 2 and case.Lk >= 2, case
+            picked.append(_invisible_change(case, None) is not None)
+        elif law_name == "split_kv_equivalence":
+            assert not _masked(case) and case.Lk >= 2, case
+        else:
+            assert case.group > 1, case
+    draw()
+    assert law_name != "mask_locality" or sum(picked) >= 0.8 * len(picked), f"{sum(picked)} of {len(picked)}"
+
+
 def test_the_declared_alignment_reaches_the_cases():
     saved = AS.TARGET.module
     try:

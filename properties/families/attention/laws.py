@@ -57,7 +57,7 @@ _SPLIT_CALL = ("s = {s}\no1, lse1 = target.attention(q, k[:, :, :s], v[:, :, :s]
                "out, lse = sdpa.merge([(o1, lse1), (o2, lse2)])  # vs attention over all keys")
 
 
-@invariant(forward)
+@invariant(forward, families=("unmasked",))
 def split_kv_equivalence(case, target):
     """Attention over keys [0, s) and over [s, Lk), merged by the lse rule (o = sum_c exp(lse_c -
     lse) o_c, lse = log sum_c exp(lse_c); in FP64), equals attention over all keys, for any split
@@ -91,7 +91,7 @@ def split_kv_equivalence(case, target):
                  call.replace("# vs attention", "\nout = lse  # vs attention"), dtype=torch.float64, out_name="lse")
 
 
-@invariant(forward)
+@invariant(forward, families=("unmasked",))
 def key_permutation_invariance(case, target):
     """Permuting the keys together with their values (no causal or window mask, whose positions
     matter) leaves o and lse unchanged: softmax and the weighted sum are symmetric in the keys.
@@ -208,13 +208,24 @@ def o_within_value_range(case, target):
 def _invisible_change(case, q):
     """(side, J0, rows, size): the keys changed (j >= J0 for side 'suffix', j < J0 for 'prefix')
     and the query rows (Lq,) that see none of them but see some key, J0 the first of those that
-    maximizes rows x keys changed (size); None where no J0 leaves such a row. A row sees none of
-    the suffix iff its last visible key is below J0, none of the prefix iff its first is at or
-    above J0: one comparison per (J0, row), not a pass over the mask per J0 (rows of 2,048 keys)."""
-    vis = sdpa.visible(case.Lq, case.Lk, case.causal, case.window, case.alignment)
-    side = "prefix" if case.seed % 3 == 2 else "suffix"
+    maximizes rows x keys changed (size); None where no J0 leaves such a row. The side comes from
+    the seed (a prefix one case in three), the other where the seed's changes no row (a causal
+    mask alone leaves every row key 0). A row sees none of the suffix iff its last visible key is
+    below J0, none of the prefix iff its first is at or above J0: one comparison per (J0, row),
+    not a pass over the mask per J0 (rows of 2,048 keys)."""
     if case.Lk < 2:
         return None
+    vis = sdpa.visible(case.Lq, case.Lk, case.causal, case.window, case.alignment)
+    first = "prefix" if case.seed % 3 == 2 else "suffix"
+    for side in (first, "suffix" if first == "prefix" else "prefix"):
+        pick = _invisible_side(case, vis, side)
+        if pick is not None:
+            return pick
+    return None
+
+
+def _invisible_side(case, vis, side):
+    """_invisible_change for one side."""
     seen = vis.any(-1)
     j = torch.arange(case.Lk, device=vis.device)
     J0 = j[1:, None]  # (Lk - 1, 1): the candidate split points
@@ -233,7 +244,7 @@ def _invisible_change(case, q):
     return side, best + 1, rows[best], int(size[best])
 
 
-@invariant(forward, needs=("option:causal",), strict="mask_locality_strict")
+@invariant(forward, needs=("option:causal",), families=("masked",), strict="mask_locality_strict")
 def mask_locality(case, target, strict=False):
     """Under a causal or window mask, changing the keys and values a query cannot see leaves its
     row unchanged: the changed keys (a suffix j >= J0 or a prefix j < J0 of the keys) get new
@@ -274,7 +285,7 @@ def mask_locality(case, target, strict=False):
                  only=rows_t[None, None, :].expand(el.ref.shape), dtype=lse_dtype(case.dtype), out_name="lse")
 
 
-@invariant(forward)
+@invariant(forward, families=("grouped",))
 def grouped_heads_match_repeated(case, target):
     """With grouped-query heads (Hq = G Hkv, G > 1), attention equals the same attention with k and
     v repeated to Hq heads (query head h reads key / value head h // G). Bound: each call within

@@ -68,10 +68,13 @@ def lengths(dtype, head_dim, cap):
 
 
 @st.composite
-def attn_cases(draw, op: str, options=True, empty=False):
+def attn_cases(draw, op: str, options=True, empty=False, masked=False, unmasked=False, grouped=False):
     """An AttnCase of op (attention or attention_backward). options=False: no option; else each
     option the target offers (OpSpec.offered, strategies.OFFERED); empty: some query sees no key
-    (Lk = 0, or Lq > Lk under a causal mask or a window (0, 0))."""
+    (Lk = 0, or Lq > Lk under a causal mask or a window (0, 0)). The preconditions of the laws
+    that need them, drawn directly rather than filtered (a law rejecting three draws in four
+    draws four cases per example): masked, a causal mask or a window and Lq, Lk >= 2; unmasked,
+    neither and Lk >= 2; grouped, Hq = G Hkv with G > 1."""
     dtype = draw(S.dtypes(), label="dtype")
     D = draw(S.rarely(st.sampled_from(ODD_HEAD_DIMS), st.sampled_from(HEAD_DIMS[:3] if max_len() < 256
                                                                         else HEAD_DIMS), 5), label="D")
@@ -79,6 +82,10 @@ def attn_cases(draw, op: str, options=True, empty=False):
     cap = max_len()
     Lq = draw(lengths(dtype, D, cap), label="Lq")
     Lk = draw(S.rarely(st.just(Lq), lengths(dtype, D, cap), 3), label="Lk")
+    if masked:
+        Lq = max(Lq, 2)
+    if masked or unmasked:
+        Lk = max(Lk, 2)
     if empty:
         Lq = max(Lq, 2)
         Lk = draw(st.one_of(st.just(0), st.integers(1, Lq - 1)), label="Lk_empty")
@@ -89,8 +96,11 @@ def attn_cases(draw, op: str, options=True, empty=False):
     # head) is its own programs, 20-40 ms each per call (a case of 2 x 6 heads took 0.4 s forward
     # and 1 s backward, against 0.08 and 0.2 s for 2 heads)
     room = min(room, max(4, S.LIMITS.max_elems // 2048))
-    Hkv = draw(st.integers(1, min(2, room)), label="Hkv")
-    G = draw(st.sampled_from([g for g in (1, 1, 2, 3) if Hkv * g <= max(room, 1)] or [1]), label="group")
+    if grouped:  # two heads at least, whatever the budget (a case of up to twice its scores)
+        room = max(room, 2)
+    Hkv = draw(st.integers(1, min(2, room // 2 if grouped else room)), label="Hkv")
+    groups = (2, 3) if grouped else (1, 1, 2, 3)
+    G = draw(st.sampled_from([g for g in groups if Hkv * g <= max(room, 1)] or [2 if grouped else 1]), label="group")
     B = draw(st.integers(1, max(1, min(2, room // (Hkv * G)))), label="B")
     seed = draw(st.integers(0, 2**16), label="seed")
     mags = (draw(st.sampled_from(Q_MAGS), label="q_mag"), draw(st.sampled_from(K_MAGS), label="k_mag"),
@@ -104,13 +114,17 @@ def attn_cases(draw, op: str, options=True, empty=False):
     causal, scale, window, softcap = False, None, None, None
     offered = S.OFFERED.of(lookup(op))  # the options the target's function takes (all: drawn as before)
     if options:
-        if "causal" in offered:
+        if "causal" in offered and not unmasked:
             causal = draw(st.booleans(), label="causal")
         if "scale" in offered:
             scale = draw(S.rarely(st.sampled_from(SCALES), st.just(None), 4), label="scale")
-        if "window" in offered:
+        if "window" in offered and not unmasked:
             side = st.one_of(st.integers(0, 8), st.just(-1))
             window = draw(S.rarely(st.tuples(side, side), st.just(None), 4), label="window")
+        if masked and not causal and window is None:  # the law needs a mask: causal, or a window
+            if "window" in offered:
+                window = draw(st.one_of(st.just(None), st.tuples(side, side)), label="mask")
+            causal = window is None and "causal" in offered
         if "softcap" in offered:
             softcap = draw(S.rarely(st.sampled_from(SOFTCAPS), st.just(None), 4), label="softcap")
     if empty and Lk > 0 and not causal:
@@ -124,4 +138,6 @@ def attn_cases(draw, op: str, options=True, empty=False):
 
 def attn_case(draw, spec, families=None, max_cols=None):
     """The case of attention or attention_backward (OpSpec.cases)."""
-    return draw(attn_cases(spec.name, empty=bool(families and "empty" in families)), label="case")
+    fam = set(families or ())
+    return draw(attn_cases(spec.name, empty="empty" in fam, masked="masked" in fam, unmasked="unmasked" in fam,
+                           grouped="grouped" in fam), label="case")
