@@ -125,6 +125,8 @@ def attn_cases(draw, op: str, options=True, empty=False, masked=False, unmasked=
             if "window" in offered:
                 window = draw(st.one_of(st.just(None), st.tuples(side, side)), label="mask")
             causal = window is None and "causal" in offered
+        if masked and not causal and window == (-1, -1):  # unbounded both sides: a mask of nothing
+            window = (-1, 0)
         if "softcap" in offered:
             softcap = draw(S.rarely(st.sampled_from(SOFTCAPS), st.just(None), 4), label="softcap")
     if empty and Lk > 0 and not causal:
