@@ -273,3 +273,25 @@ def test_ce_z_loss_gradient_bound_admits_a_flushed_softmax():
         or DEV != "cpu"  # the interpreter keeps subnormals: the flush is the target's alone
     ce_z_loss_term(case, tg)
     ce_options_match_oracle(case, tg)
+
+
+def test_ce_options_bounds_hold_where_eps_rounds_and_z_terms_near_overflow():
+    """Two GPU counterexamples of correct kernels, both reproduced by the interpreter. (1) float32
+    logits of 10478 classes, label_smoothing 0.98487 with unit class weights, mean: eps reaches
+    the kernel as a float32 argument, 9.2e-9 off, and 1 - eps = 0.015 inherits that error whole
+    (dx_t off by 9.4e-9 where a bound relative to 1 - eps allowed 8.8e-9). (2) float64 logits all
+    finfo.max, logit_scale 0.5, z-loss 1e-4, dloss 3: the bound's dloss times lse overflowed
+    (3 x 9e307) where the z term itself is 5e304, and 0 x inf made the bound NaN, read as 0."""
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_options_match_oracle, ce_z_loss_term
+    tg = kernels_target()
+    x = S.Logits(1, 10478, "float32", ("normal", 0, 3.0), (), "moderate")
+    case = CECase("cross_entropy_backward", torch.float32, S.Input(x, (), S.Layout()), CE.Targets((1,)), -100,
+                  "mean", 0.9848659542495182, CE.DLoss(("const", 1.0)), weight=(1.0,))
+    ce_options_match_oracle(case, tg)
+    big = torch.finfo(torch.float64).max
+    x = S.Logits(12, 2, "float64", ("const", big), (), "huge")
+    case = CECase("cross_entropy_backward", torch.float64, S.Input(x, (12,), S.Layout()), CE.Targets((0,) * 12),
+                  -100, "none", 0.0, CE.DLoss(("const", 3.0)), z_loss=1e-4, logit_scale=0.5)
+    ce_z_loss_term(case, tg)
+    ce_options_match_oracle(case, tg)

@@ -26,11 +26,15 @@ def ce_loss_bound(dtype, lse, H, dep, logs, xt, mean_abs, loss, eps):
     U_ORACLE): the error of lse (ce_lse_error); rounding eps and 1 - eps (u each, relative to the
     term they scale), the products and subtractions: 2u (|lse| + |x_t|) (1 - eps) + 2u |lse| eps;
     the mean of x formed as sum x_j (1/V): (depth + 3) u mean |x_j| eps; the final addition
-    u |loss|. Row loss 0 (ignored) is exact. Each term is formed so that it overflows only where it
-    exceeds the float64 range itself (|lse| + |x_t| alone overflows at |x| ~ finfo.max), and the
-    smoothing terms are 0 for eps = 0 whatever mean |x_j| is."""
+    u |loss|. eps itself reaches the kernel rounded (a float32 argument of a 16/32-bit kernel):
+    off by u eps, it moves the loss by u eps |x_t - mean x| (its derivative), which the terms
+    relative to 1 - eps miss where 1 - eps is small: u eps (|x_t| + mean |x_j|), the second part
+    within the mean's term. Row loss 0 (ignored) is exact. Each term is formed so that it overflows
+    only where it exceeds the float64 range itself (|lse| + |x_t| alone overflows at |x| ~
+    finfo.max), and the smoothing terms are 0 for eps = 0 whatever mean |x_j| is."""
     def ab(u):
-        smooth = eps * lse.abs() * (2 * u) + eps * (dep + 3) * u * mean_abs if eps > 0 else 0.0
+        smooth = (eps * lse.abs() * (2 * u) + eps * (dep + 3) * u * mean_abs + eps * u * xt.abs()
+                  if eps > 0 else 0.0)
         return (ce_lse_error(u, lse, H, dep, logs) + (2 * u * (1 - eps)) * lse.abs() + (2 * u * (1 - eps)) * xt.abs()
                 + smooth + u * loss.abs())
     return ab(TABLE[dtype].u_c) + ab(U_ORACLE)
@@ -140,7 +144,8 @@ def ce_options_loss_bound(u, lse, lse_err, y, yt, dy, dyt, w, wt, eps, z, fin):
     weights are exact, and their products and the two scales (1 - eps, eps / V) add 3u relative
     to each term; the sum over the classes of the smoothing term adds (depth + 1) u of its terms'
     magnitudes (depth <= V); the z term z lse^2 errs by z (2 |lse| L + L^2) + 3u z lse^2; the final
-    additions u |loss|."""
+    additions u |loss|. eps reaches the kernel rounded, off by u eps: the cross-entropy term moves
+    by u eps |w_t| |lse - y_t| (the smoothing term's share is within its (V + 4) u)."""
     V = y.shape[-1]
     D = torch.where(fin, torch.where(torch.isfinite(y), dy, 0.0).amax(-1) if V else 0.0, 0.0)
     L = D + lse_err
@@ -148,6 +153,7 @@ def ce_options_loss_bound(u, lse, lse_err, y, yt, dy, dyt, w, wt, eps, z, fin):
     nll = (1 - eps) * wt.abs() * (L + dyt + 2 * u * (lse.abs() + yt.abs()) + 3 * u * (lse - yt).abs())
     out = nll
     if eps > 0:
+        out = out + u * eps * wt.abs() * (lse - yt).abs()
         terms = w.abs() * (L[..., None] + dy + 2 * u * (lse.abs()[..., None] + yf.abs())
                            + (3 + V + 1) * u * (lse[..., None] - yf).abs())
         out = out + eps / V * terms.sum(-1)
@@ -168,7 +174,9 @@ def ce_options_grad_bound(u, p, y, lse, lse_err, dy, J, dJ, w, wt, eps, z, sc, z
     p_j expm1(dy_j + L + u d_j + 4u) (exactly, not to first order). That times the factors of
     p_j (|sc| ((1 - eps) |w_t| + eps / V sum |w|) + 2 z |zsc lse|), plus 2 z |zsc| p_j L for the
     lse factor, plus 6u of the terms' magnitudes for their products, sums and the scales'
-    roundings, is the error of gy, E; then |J| E + |gy| dJ + E dJ (dJ: transform_grad_error).
+    roundings, plus u eps |sc w_t| (p_j + [j = t]) for eps itself rounded (a float32 argument:
+    1 - eps then errs by u eps, not u (1 - eps); float32, eps 0.985: the target's dx_t off by
+    9.2e-9 where the 6u term allows 5.7e-9), is the error of gy, E; then |J| E + |gy| dJ + E dJ (dJ: transform_grad_error).
     FTZ: a p_j formed below tiny (the compute precision's smallest normal; 0 for the oracle) may
     be flushed to 0, an error of up to tiny in p_j that every factor of p_j multiplies: with
     z-loss 2 z |lse| of them (float32, lse 60, z 0.5: a flushed p_j of 3e-39 moves dx_j by 2e-37,
@@ -178,15 +186,20 @@ def ce_options_grad_bound(u, p, y, lse, lse_err, dy, J, dJ, w, wt, eps, z, sc, z
         ep = ep + torch.where(y > float("-inf"), tiny, 0.0)
     V = p.shape[-1]
     wsum = w.abs().sum(-1, keepdim=True) if w.ndim else w.abs() * V
-    coef = sc.abs()[..., None] * ((1 - eps) * wt.abs()[..., None] + eps / V * wsum) + 2 * z * (zsc * lse).abs()[..., None]
+    # 2 z |zsc| |lse| formed from the small factor up: zsc lse alone overflows float64 for a
+    # dloss of 3 at lse 9e307 where the term itself (z = 1e-4) is 5e304
+    zl = (2 * z * zsc.abs() * lse.abs())[..., None]
+    coef = sc.abs()[..., None] * ((1 - eps) * wt.abs()[..., None] + eps / V * wsum) + zl
     L = L_of(dy, lse_err)[..., None]
     mag = (sc.abs()[..., None] * ((1 - eps) * wt.abs()[..., None] * (p + is_t) + eps / V * (wsum * p + w.abs()))
-           + 2 * z * (zsc * lse).abs()[..., None] * p)
+           + zl * p)
     E = coef * ep + 6 * u * mag
+    if eps > 0:
+        E = E + u * eps * (sc.abs() * wt.abs())[..., None] * (p + is_t)
     if z:
         E = E + 2 * z * zsc.abs()[..., None] * (p + ep) * L
     # 0 times an infinite E (a row whose lse rounds by more than 1) is no error: J = 0 or dJ = 0
-    return torch.where(J != 0, J.abs() * E, 0.0) + mag * dJ + torch.where(dJ > 0, E * dJ, 0.0)
+    return torch.where(J != 0, J.abs() * E, 0.0) + torch.where(dJ > 0, mag * dJ + E * dJ, 0.0)
 
 
 def L_of(dy, lse_err):
