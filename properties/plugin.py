@@ -346,6 +346,9 @@ def pytest_collection_modifyitems(config, items):
 # the families whose laws took longest on average (45-110 s, against 28-39 s): docs/results.md
 _LONG_LAWS = ("many_rows_match_oracle", "autograd_backward_twice", "autograd_composition", "dim_argument")
 _LONG_FAMILIES = ("attention", "cross_entropy", "merge", "merge_states")
+# the project's tests that start pytest or worker processes of their own (10-40 s each on an H200,
+# against seconds for the rest): with the laws, so that a run does not end waiting for them
+_SLOW_SELFTESTS = ("test_isolation", "test_first_hour", "test_tooling", "test_layout")
 
 
 def _hand_out_one_at_a_time(option) -> None:
@@ -359,8 +362,8 @@ def _hand_out_one_at_a_time(option) -> None:
 def _longest_first(item) -> int:
     """Run order (a stable sort: collection order within a rank): the stateful merge tests first
     (about 1,000 examples of up to 10 calls each, 140-220 s on an H200), then the laws expected
-    to take longest, then the other laws, and the project's own tests (short, mostly seconds)
-    last. pytest-xdist hands tests out in this order, one at a time (pytest_configure sets
+    to take longest, then the other laws with the project's tests that start processes, and the
+    project's other tests (short, mostly seconds) last. pytest-xdist hands tests out in this order, one at a time (pytest_configure sets
     --maxschedchunk 1), so a run ends on short tests instead of waiting for a long one handed out
     late: on a GPU a run's worker time was 6,800 s over 16 workers (425 s each) while the run
     took 567 s. Within a rank the laws keep the registry's order, law by law over the ops:
@@ -370,7 +373,7 @@ def _longest_first(item) -> int:
     if name.endswith(".test_merge_stateful"):
         return 0
     if name.startswith(SELFTEST + "."):
-        return 3
+        return 2 if name.rsplit(".", 1)[-1] in _SLOW_SELFTESTS else 3
     params = getattr(getattr(item, "callspec", None), "params", {})
     inv, op = params.get("inv"), params.get("op")  # the law, and the op's name
     family = getattr(OPS.get(op) if isinstance(op, str) else op, "family", "")

@@ -344,7 +344,8 @@ def test_adapter_argument_checks(name):
 def test_run_order_puts_long_tests_first_and_hands_them_out_one_at_a_time():
     """The order pytest-xdist hands tests out in: the stateful merges, then the laws expected to
     take longest (by law or by the family of the op named in test_property's parameters), then
-    the other laws, then the project's own tests; and under
+    the other laws with the project's tests that start processes, then the project's other
+    tests; and under
     xdist one test at a time (--maxschedchunk 1) unless the user chose a chunk."""
     from types import SimpleNamespace
     from .. import plugin
@@ -356,12 +357,13 @@ def test_run_order_puts_long_tests_first_and_hands_them_out_one_at_a_time():
         return SimpleNamespace(path=os.path.join(here, path), callspec=SimpleNamespace(params=params))
 
     items = [item("selftest/test_meta.py"),
+             item("selftest/test_isolation.py"),
              item("test_properties.py", law("shift_invariance"), "softmax"),
              item("test_properties.py", law("many_rows_match_oracle"), "softmax"),
              item("test_properties.py", law("inputs_unmodified"), "cross_entropy"),
              item("test_merge_stateful.py")]
     ranks = [plugin._longest_first(i) for i in items]
-    assert ranks == [3, 2, 1, 1, 0], ranks
+    assert ranks == [3, 2, 2, 1, 1, 0], ranks
     for given, want in ((None, 1), (4, 4)):
         option = SimpleNamespace(maxschedchunk=given)
         plugin._hand_out_one_at_a_time(option)
