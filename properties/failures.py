@@ -35,9 +35,13 @@ class PropertyFailure(AssertionError):
     reproducer). Subclasses name the kind of failure."""
 
     _qualifiers: tuple = ()
+    # "law: FILE:LINE in NAME", the law's line that compared (report.law_line_of), set where the
+    # failure was raised in a worker process: its traceback does not cross the process boundary
+    law_line: str = ""
 
     def __reduce__(self):
-        return _rebuild, (_base_of(type(self)).__name__, type(self)._qualifiers, self.args)
+        # the instance's attributes (law_line, Hypothesis's __notes__) travel with it
+        return _rebuild, (_base_of(type(self)).__name__, type(self)._qualifiers, self.args), dict(self.__dict__)
 
 
 class UnexpectedNaN(PropertyFailure):

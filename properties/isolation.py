@@ -483,6 +483,8 @@ def _check(inv_name, case, target, filters):
         except UnsatisfiedAssumption:
             outcome, payload = "reject", None
         except PropertyFailure as e:
+            from .report import law_line_of
+            e.law_line = law_line_of(e)  # the traceback stays here; the report's pointer to the law goes along
             outcome, payload = "fail", e
         except Exception as e:  # noqa: BLE001 - every other exception is reported as it is
             outcome, payload, err = "raised", _raised(e), e

@@ -102,6 +102,11 @@ def _law_line(stack) -> str:
     return f"law: {_relative(f.filename)}:{f.lineno} in {f.name}"
 
 
+def law_line_of(e: BaseException) -> str:
+    """The report's "law: FILE:LINE in NAME" line for e, from its traceback (or "")."""
+    return _law_line(traceback.extract_tb(e.__traceback__))
+
+
 def _one(e: BaseException) -> str:
     stack = traceback.extract_tb(e.__traceback__)
     lines = []
@@ -126,7 +131,7 @@ def _one(e: BaseException) -> str:
                 lines.append("raised at (innermost last):")
         lines.extend("  " + ln for chunk in traceback.format_list(shown) for ln in chunk.rstrip().splitlines())
     lines.extend(_notes(e))
-    law = _law_line(stack)
+    law = _law_line(stack) or getattr(e, "law_line", "")  # raised in a worker: the line it sent
     if law:
         lines.append(law)
     return "\n".join(lines)

@@ -114,6 +114,10 @@ def test_worker_outcomes_match_in_process(monkeypatch):
     here = _raised(lambda: MATCHES_ORACLE.check(_case(9), target))
     there = _raised(lambda: isolation.check(MATCHES_ORACLE, _case(9), target))
     assert type(there) is type(here) is OutOfTolerance and str(there) == str(here)
+    # the report's pointer to the law's comparison, which the traceback cannot carry across
+    from ..report import failure_text, law_line_of
+    assert law_line_of(here).startswith("law: properties/") and law_line_of(there) == ""
+    assert law_line_of(here) in failure_text(there), failure_text(there)
 
     with pytest.raises(hypothesis.errors.UnsatisfiedAssumption):
         isolation.check(MATCHES_ORACLE, _case(7), target)
