@@ -218,6 +218,15 @@ def family_import_violations(graph: dict) -> list:
     return sorted(bad)
 
 
+def test_every_family_names_what_it_composes():
+    """COMPOSES is read only where a family imports another, so a family without it would pass
+    until its first such import; every family states it."""
+    families = sorted({_family_of(m) for m in project_modules() if _family_of(m)})
+    assert "attention" in families and "softmax" in families, families
+    for family in families:
+        composes(family)
+
+
 def test_families_import_the_core_and_what_they_compose():
     graph = import_graph()
     families = {_family_of(m) for m in graph} - {None}

@@ -19,6 +19,7 @@ from ...spec import OpSpec, lse_dtype, register
 from . import strategies as S, truth
 
 OPTIONS = ("causal", "scale", "window", "softcap")
+COMPOSES = ()  # the split-KV laws merge in FP64 through oracles.sdpa, not through the merge family
 
 
 # no torch_ref: the calibration target's attention takes neither window nor softcap and aligns

@@ -431,7 +431,7 @@ def _agree(case, target, out, base, args, strict, what, call=None, truth=None):
         fail(case, target, f"{what}: shape/dtype {tuple(out.shape)}/{out.dtype} vs {tuple(base.shape)}/{base.dtype}",
              call=call, kind=WrongOutput)
     e = (truth if truth is not None else case.spec.truth(case, args)).outputs[0].returned_as(base.dtype)
-    assert_close(case, target, out, base.double(), 2 * e.tol, what, call, only=e.only, dtype=e.dtype)
+    assert_close(case, target, out, base.double(), agree(e.tol, e.tol), what, call, only=e.only, dtype=e.dtype)
 
 
 @invariant(softmax_family, strict="layout_invariance_bitwise")
