@@ -13,10 +13,18 @@ reason no public API serves. Checked on Hypothesis 6.155.2, 6.168.3 and 6.170.17
   (law, op) pair would share one database entry and one seed. No public setting names the key;
   ``_hypothesis_internal_add_digest`` on the inner test is what Hypothesis itself adds to the digest
   (hypothesis/core.py, ``function_digest``), present in every release above.
+* ``UnsatisfiedAssumption``: what ``assume(False)`` and ``reject()`` raise, which the isolation
+  worker catches to answer "rejected" for a check it ran outside any ``@given`` test.
+  ``hypothesis.errors`` documents it as internal; no public name exists.
+* ``redirect_target(fn)``: the isolation worker runs checks outside ``@given``, where
+  ``hypothesis.target`` cannot target; it replaces the module's function so that the worker
+  records the observations and the pytest process replays them into its own test.
 """
 from __future__ import annotations
 
+import hypothesis
 from hypothesis import settings
+from hypothesis.errors import UnsatisfiedAssumption  # noqa: F401 (re-exported: see above)
 
 
 def profile_name() -> str:
@@ -32,3 +40,8 @@ def profile(name: str) -> settings:
 def set_database_key(test, key: str) -> None:
     """test: the function @given returned."""
     test.hypothesis.inner_test._hypothesis_internal_add_digest = key.encode()
+
+
+def redirect_target(fn) -> None:
+    """hypothesis.target(observation, label=...) calls fn from now on, in this process."""
+    hypothesis.target = fn

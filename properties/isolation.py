@@ -415,15 +415,14 @@ def _serve(conn, fault_path, threads, gpu, filters):
     faulthandler.enable(fault)
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, fault)
-    import hypothesis
     import torch
 
-    from . import interpreter
+    from . import hypothesis_compat, interpreter
     if threads:
         torch.set_num_threads(threads)
     if interpreter.interpreting():
         interpreter.install()
-    hypothesis.target = _observe  # this process runs checks only; the pytest process does the targeting
+    hypothesis_compat.redirect_target(_observe)  # this process runs checks only; the pytest process targets
     targets = {}
     conn.send("ready")
     while True:
@@ -464,7 +463,9 @@ def _target(targets, spec, gpu):
 
 
 def _check(inv_name, case, target, filters):
-    from hypothesis.errors import HypothesisDeprecationWarning, UnsatisfiedAssumption
+    from hypothesis.errors import HypothesisDeprecationWarning
+
+    from .hypothesis_compat import UnsatisfiedAssumption
 
     from .failures import PropertyFailure
     from .invariants import law
