@@ -5,9 +5,7 @@ correctly rounded values. On a GPU the same checks run compiled kernels; under t
 each check is also run with its patch suspended, to show it fails without it."""
 from __future__ import annotations
 
-import bisect
 import math
-from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -16,13 +14,13 @@ import triton
 import triton.language as tl
 
 from .. import interpreter
+from .exact16 import SIXTEEN, _positive_grid, bits, exact_bits
 
 DEVICE = interpreter.device()
 only_interpreting = pytest.mark.skipif(not interpreter.interpreting(),
                                        reason="the patches are for Triton's interpreter (TRITON_INTERPRET=1)")
 
 STORE, TO, RTZ = 0, 1, 2  # how _convert converts: tl.store's implicit cast, .to(), .to(rtz)
-SIXTEEN = {torch.bfloat16: (0x7F80, 127), torch.float16: (0x7C00, 15)}  # inf pattern, emax
 
 
 @triton.jit
@@ -51,42 +49,7 @@ def convert(x: torch.Tensor, dtype, how: int) -> torch.Tensor:
     return y.cpu()
 
 
-def bits(t: torch.Tensor) -> np.ndarray:
-    return t.view(torch.int16).numpy().view(np.uint16)
-
-
 # ---- exact reference: the nearest (or toward-zero) 16-bit value, by enumeration ----------------
-_GRID: dict = {}
-
-
-def _positive_grid(dtype) -> list:
-    """Every non-negative finite value of dtype, in order of its bit pattern (which is the value's
-    order), then 2**(emax+1), where the next binade would start: rounding there means inf."""
-    if dtype not in _GRID:
-        inf_bits, emax = SIXTEEN[dtype]
-        v = torch.arange(inf_bits, dtype=torch.int32).to(torch.int16).view(dtype).double().tolist()
-        _GRID[dtype] = v + [2.0 ** (emax + 1)]
-    return _GRID[dtype]
-
-
-def exact_bits(x: float, dtype, mode: str) -> int | None:
-    """The IEEE result of rounding x (a float64) to dtype, as its bit pattern; None for NaN."""
-    if math.isnan(x):
-        return None
-    inf_bits, _ = SIXTEEN[dtype]
-    sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
-    a, grid = abs(x), _positive_grid(dtype)
-    if a == math.inf:
-        return sign | inf_bits
-    if a >= grid[-1]:
-        return sign | (inf_bits if mode == "rtne" else inf_bits - 1)
-    i = bisect.bisect_right(grid, a) - 1  # grid[i] <= a < grid[i + 1]
-    if grid[i] == a or mode == "rtz":
-        return sign | i
-    lo, hi = Fraction(a) - Fraction(grid[i]), Fraction(grid[i + 1]) - Fraction(a)
-    return sign | (i if lo < hi or (lo == hi and i % 2 == 0) else i + 1)
-
-
 def _neighbours(dtype) -> list:
     """16-bit values at the edges that matter (zero, the subnormals, the normal range's ends, even
     and odd last bits, the largest finite), each with its upper neighbour, as float64."""

@@ -16,7 +16,7 @@ import triton.language as tl
 from triton.runtime.errors import InterpreterError
 
 from .. import interpreter
-from .test_interpreter import bits, exact_bits  # the exact 16-bit reference, by enumeration
+from .exact16 import bits, exact_bits
 
 DEVICE = interpreter.device()
 only_interpreting = pytest.mark.skipif(not interpreter.interpreting(),
