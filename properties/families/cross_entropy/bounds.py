@@ -207,3 +207,59 @@ def L_of(dy, lse_err):
     1-Lipschitz in the max norm)."""
     D = torch.where(torch.isfinite(dy), dy, 0.0).amax(-1) if dy.shape[-1] else torch.zeros(dy.shape[:-1], dtype=dy.dtype, device=dy.device)
     return D + lse_err
+
+
+
+# ----------------------------------------------------------------------------------------------
+# the fused linear cross-entropy (logits z = hidden @ weight.T + bias, then the loss above)
+# ----------------------------------------------------------------------------------------------
+def lce_logits_error(dtype, hidden, weight, bias, z):
+    """|fl(z_j) - z_j| for the logits z = hidden @ weight.T + bias formed in the inputs' dtype with
+    float32 accumulation (float64 for float64): a dot product of length H errs by at most
+    (H + 1) u_c sum_k |h_k w_jk| (any order, the bias added at the end: one more term), and the
+    result rounded to the dtype by half an ulp of |z_j| (2**-p |z_j|, p the dtype's precision)."""
+    h, w = hidden.detach().double(), weight.detach().double()
+    mag = h.abs() @ w.abs().T
+    if bias is not None:
+        mag = mag + bias.detach().double().abs()
+    t = TABLE[dtype]
+    return (hidden.shape[-1] + 1) * t.u_c * mag + 2.0 ** -t.precision * z.abs()
+
+
+def lce_loss_extra(dz, J, y, z_loss, counted, reduction):
+    """The loss's error from logits within dz of the exact ones: y = transform(z) within |J| dz,
+    D = max_j of it per row; lse moves by at most D (1-Lipschitz in the max norm), each lse - y_j
+    by 2D, so the cross-entropy term by 2D, the z term by z (2 |lse| D + D^2) (exact bounds, not
+    first order); reduced as the loss (the mean over the count of counted rows)."""
+    V = y.shape[-1]
+    D = (J.abs() * dz).amax(-1) if V else torch.zeros(y.shape[:-1], dtype=torch.float64, device=y.device)
+    lse = torch.logsumexp(y, -1).abs() if V else D
+    rows = torch.where(counted, 2 * D + z_loss * (2 * lse * D + D * D), 0.0)
+    if reduction == "none":
+        return rows
+    total = rows.sum()
+    return total / counted.sum() if reduction == "mean" else total
+
+
+def lce_split_bound(tol_whole, tol_a, tol_b, reduction, count):
+    """|one call - the two parts recombined| for the rows split in two calls, each within its
+    bound of the same exact loss (the parts at reduction "none", or "sum" for sum and mean): the
+    whole call's bound plus the parts' (concatenated; added; added over the count for the mean)."""
+    if reduction == "none":
+        return tol_whole + torch.cat([tol_a, tol_b])
+    if reduction == "sum":
+        return tol_whole + tol_a + tol_b
+    return tol_whole + (tol_a + tol_b) / count
+
+
+def lce_weight_grad_sum_bound(dtype, G, tol_G, p, D, scale, s, h, N, V):
+    """|sum_j dW_jk| for dW = G^T hidden whose exact rows of G sum to zero: G_ij within tol_G (the
+    cross-entropy backward's bound at the FP64 logits) plus the logits' error (D per row, times
+    the logit scale s) carried into p, p_ij expm1(2 |s| D_i) times the row's scale, times |h_ik|;
+    the product's length-N float32 sum and G and dW rounded to the dtype, ((N + 1) u_c + 2 * 2**-p)
+    sum_i |G_ij h_ik|; the float64 sum over the V rows, (V + 1) 2**-53 sum_j |dW_jk|. h: |hidden|."""
+    dG = torch.nan_to_num(tol_G, nan=0.0) + p * torch.expm1(2 * D) * scale * s
+    mag = G.abs().T @ h  # (V, H): sum_i |G_ij h_ik|
+    t = TABLE[dtype]
+    per = dG.T @ h + ((N + 1) * t.u_c + 2 * 2.0 ** -t.precision) * mag
+    return per.sum(0) + (V + 1) * 2.0 ** -53 * (mag.sum(0) + per.sum(0))

@@ -21,6 +21,8 @@ from ...invariants._registry import invariant
 from ...snippets import built
 from ...spec import OpSpec, OutputTruth, Truth, register
 from ...strategies import OFFERED, draw_index, dtypes
+from ...tolerances import agree
+from . import bounds as B
 from .case import CECase
 from .strategies import ce_option_values, ce_options, ce_targets
 from .truth import ce_options_mask, ce_default_mask, ce_truth
@@ -156,34 +158,16 @@ def lce_case(draw, spec, families=None, max_cols=None):
 
 
 def logits_error(case, hidden, weight, bias):
-    """|fl(z_j) - z_j| for the logits z = hidden @ weight.T + bias formed in the inputs' dtype with
-    float32 accumulation (float64 for float64): a dot product of length H errs by at most
-    (H + 1) u_c sum_k |h_k w_jk| (any order, the bias added at the end: one more term), and the
-    result rounded to the dtype by half an ulp of |z_j| (2**-p |z_j|, p the dtype's precision)."""
-    h, w = hidden.detach().double(), weight.detach().double()
-    mag = h.abs() @ w.abs().T
-    if bias is not None:
-        mag = mag + bias.detach().double().abs()
+    """The logits' error bound (bounds.lce_logits_error) of a case's call."""
     z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
-    u_c = tolerances.TABLE[case.dtype].u_c
-    return (hidden.shape[-1] + 1) * u_c * mag + 2.0 ** -tolerances.TABLE[case.dtype].precision * z.abs()
+    return B.lce_logits_error(case.dtype, hidden, weight, bias, z)
 
 
 def lce_extra(case, z, dz, reduction, t):
-    """The loss's error from logits within dz of z: y = transform(z) within |J| dz, D = max_j of it
-    per row; lse moves by at most D (1-Lipschitz in the max norm), each lse - y_j by 2D, so the
-    cross-entropy term by 2D, the z term by z (2 |lse| D + D^2) (exact bounds, not first order);
-    reduced as the loss (the mean over the count of counted rows)."""
-    J = oracles.ce.transform_grad(z, case.softcap, case.logit_scale).abs()
+    """The loss's error from logits within dz of z (bounds.lce_loss_extra), for a case's options."""
+    J = oracles.ce.transform_grad(z, case.softcap, case.logit_scale)
     y = oracles.ce.transform(z, case.softcap, case.logit_scale)
-    D = (J * dz).amax(-1) if z.shape[-1] else torch.zeros(z.shape[:-1], dtype=torch.float64, device=z.device)
-    lse = torch.logsumexp(y, -1).abs() if z.shape[-1] else D
-    rows = 2 * D + case.z_loss * (2 * lse * D + D * D)
-    rows = torch.where(t == case.ignore_index, 0.0, rows)
-    if reduction == "none":
-        return rows
-    total = rows.sum()
-    return total / (t != case.ignore_index).sum() if reduction == "mean" else total
+    return B.lce_loss_extra(dz, J, y, case.z_loss, t != case.ignore_index, reduction)
 
 
 def lce_truth(case, args, strict=False, reduction=None):
@@ -246,7 +230,7 @@ def lce_is_cross_entropy_of_logits(case, target):
     z64 = oracles.linear_cross_entropy.logits(hidden, weight, bias)
     extra = lce_extra(case, z64, logits_error(case, hidden, weight, bias), case.reduction, t)
     only = lt.only if lt.only is not None else torch.ones(lt.ref.shape, dtype=torch.bool, device=lt.ref.device)
-    assert_close(case, target, a, b, torch.nan_to_num(lt.tol + tol_ce + extra, nan=0.0),
+    assert_close(case, target, a, b, torch.nan_to_num(agree(lt.tol, tol_ce) + extra, nan=0.0),
                  "linear_cross_entropy != cross_entropy(hidden @ weight.T + bias)",
                  f"{case.call_code()}\nfirst = out\nz = hidden @ weight.T" + (" + b" if case.bias else "")
                  + f"\nout = first, target.cross_entropy(z, labels, {view.kwargs_code()})", only=only)
@@ -274,12 +258,13 @@ def lce_rows_split_recombine(case, target):
     tw = lce_truth(case, [hidden, weight, t]).outputs[0]
     count = int((t != case.ignore_index).sum())
     if red == "none":
-        rec, tol = torch.cat([pa, pb]), tw.tol + torch.cat([ta, tb])
+        rec = torch.cat([pa, pb])
     elif red == "sum":
-        rec, tol = pa + pb, tw.tol + ta + tb
+        rec = pa + pb
     else:
         assume(count > 0)
-        rec, tol = (pa + pb) / count, tw.tol + (ta + tb) / count
+        rec = (pa + pb) / count
+    tol = B.lce_split_bound(tw.tol, ta, tb, red, count)
     only = tw.only if tw.only is not None else torch.ones(tw.ref.shape, dtype=torch.bool, device=tw.ref.device)
     only = only & torch.isfinite(rec)
     assert_close(case, target, whole, rec, torch.nan_to_num(tol, nan=0.0),
@@ -324,12 +309,7 @@ def lce_weight_grad_sums_to_zero(case, target):
     D = (logits_error(case, hidden, weight, bias).amax(-1) * s)[..., None]
     p = torch.softmax(z * float(case.logit_scale), -1)
     sc = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction).abs()[..., None]
-    dG = torch.nan_to_num(tolG, nan=0.0) + p * torch.expm1(2 * D) * sc * s
-    h = hidden.detach().double().abs()
-    mag = G.abs().T @ h  # (V, H): sum_i |G_ij h_ik|
-    u = tolerances.TABLE[case.dtype]
-    per = dG.T @ h + ((case.N + 1) * u.u_c + 2 * 2.0 ** -u.precision) * mag
-    tol = per.sum(0) + (case.V + 1) * 2.0 ** -53 * (mag.sum(0) + per.sum(0))
+    tol = B.lce_weight_grad_sum_bound(case.dtype, G, tolG, p, D, sc, s, hidden.detach().double().abs(), case.N, case.V)
     ok = torch.isfinite(G).all()
     assume(bool(ok))
     assert_close(case, target, total, torch.zeros_like(total), torch.nan_to_num(tol, nan=0.0, posinf=math.inf),
