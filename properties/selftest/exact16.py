@@ -20,7 +20,7 @@ def bits(t: torch.Tensor) -> np.ndarray:
 _GRID: dict = {}
 
 
-def _positive_grid(dtype) -> list:
+def positive_grid(dtype) -> list:
     """Every non-negative finite value of dtype, in order of its bit pattern (which is the value's
     order), then 2**(emax+1), where the next binade would start: rounding there means inf."""
     if dtype not in _GRID:
@@ -36,7 +36,7 @@ def exact_bits(x: float, dtype, mode: str) -> int | None:
         return None
     inf_bits, _ = SIXTEEN[dtype]
     sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
-    a, grid = abs(x), _positive_grid(dtype)
+    a, grid = abs(x), positive_grid(dtype)
     if a == math.inf:
         return sign | inf_bits
     if a >= grid[-1]:

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from .. import interpreter
-from .exact16 import SIXTEEN, _positive_grid, bits, exact_bits
+from .exact16 import SIXTEEN, positive_grid, bits, exact_bits
 
 DEVICE = interpreter.device()
 only_interpreting = pytest.mark.skipif(not interpreter.interpreting(),
@@ -58,7 +58,7 @@ def _neighbours(dtype) -> list:
     one = (inf_bits >> 1) & ~((1 << mant) - 1)  # 1.0: exponent field at the bias
     patterns = [0, 1, 2, 3, (1 << mant) - 2, (1 << mant) - 1, 1 << mant, one, one + 1, one + 2, one + 3,
                 inf_bits - 3, inf_bits - 2, inf_bits - 1]
-    grid = _positive_grid(dtype)
+    grid = positive_grid(dtype)
     return [(grid[p], grid[p + 1]) for p in patterns]
 
 

@@ -64,6 +64,7 @@ def test_packages_match_the_folders():
             rel = os.path.relpath(where, os.path.join(ROOT, folder))
             if "__init__.py" in files:
                 found.add(package if rel == os.curdir else ".".join([package, *rel.split(os.sep)]))
+    assert len(tool["packages"]) == len(set(tool["packages"])), "a package is listed twice"
     assert set(tool["packages"]) == found - {plugin.SELFTEST}
 
 
