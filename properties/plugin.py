@@ -363,12 +363,13 @@ def _longest_first(item) -> int:
     """Run order (a stable sort: collection order within a rank): the stateful merge tests first
     (about 1,000 examples of up to 10 calls each, 140-220 s on an H200), then the laws expected
     to take longest, then the other laws with the project's tests that start processes, and the
-    project's other tests (short, mostly seconds) last. pytest-xdist hands tests out in this order, one at a time (pytest_configure sets
-    --maxschedchunk 1), so a run ends on short tests instead of waiting for a long one handed out
-    late: on a GPU a run's worker time was 6,800 s over 16 workers (425 s each) while the run
-    took 567 s. Within a rank the laws keep the registry's order, law by law over the ops:
-    workers that start together work on different ops and rarely compile the same Triton kernel
-    at the same time (a GPU run's time is mostly compilation)."""
+    project's other tests (short, mostly seconds) last. pytest-xdist hands tests out in this
+    order, one at a time (pytest_configure sets --maxschedchunk 1), so a run ends on short tests
+    instead of waiting for a long one handed out late: on a GPU a run's worker time was 6,800 s
+    over 16 workers (425 s each) while the run took 567 s. Within a rank the laws keep the
+    registry's order, law by law over the ops: workers that start together work on different
+    ops and rarely compile the same Triton kernel at the same time (compiling is about a fifth
+    of a GPU run's worker time, docs/results.md)."""
     name = module_name(item.path) or ""
     if name.endswith(".test_merge_stateful"):
         return 0

@@ -176,7 +176,8 @@ def ce_options_grad_bound(u, p, y, lse, lse_err, dy, J, dJ, w, wt, eps, z, sc, z
     lse factor, plus 6u of the terms' magnitudes for their products, sums and the scales'
     roundings, plus u eps |sc w_t| (p_j + [j = t]) for eps itself rounded (a float32 argument:
     1 - eps then errs by u eps, not u (1 - eps); float32, eps 0.985: the target's dx_t off by
-    9.2e-9 where the 6u term allows 5.7e-9), is the error of gy, E; then |J| E + |gy| dJ + E dJ (dJ: transform_grad_error).
+    9.2e-9 where the 6u term allows 5.7e-9), is the error of gy, E; then |J| E + |gy| dJ + E dJ
+    (dJ: transform_grad_error).
     FTZ: a p_j formed below tiny (the compute precision's smallest normal; 0 for the oracle) may
     be flushed to 0, an error of up to tiny in p_j that every factor of p_j multiplies: with
     z-loss 2 z |lse| of them (float32, lse 60, z 0.5: a flushed p_j of 3e-39 moves dx_j by 2e-37,
@@ -207,7 +208,6 @@ def L_of(dy, lse_err):
     1-Lipschitz in the max norm)."""
     D = torch.where(torch.isfinite(dy), dy, 0.0).amax(-1) if dy.shape[-1] else torch.zeros(dy.shape[:-1], dtype=dy.dtype, device=dy.device)
     return D + lse_err
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -254,8 +254,9 @@ def lce_split_bound(tol_whole, tol_a, tol_b, reduction, count):
 
 def lce_weight_grad_sum_bound(dtype, G, tol_G, p, D, scale, s, h, N, V):
     """|sum_j dW_jk| for dW = G^T hidden whose exact rows of G sum to zero: G_ij within tol_G (the
-    cross-entropy backward's bound at the FP64 logits) plus the logits' error (D per row, times
-    the logit scale s) carried into p, p_ij expm1(2 |s| D_i) times the row's scale, times |h_ik|;
+    cross-entropy backward's bound at the FP64 logits) plus the logits' error carried into p,
+    p_ij expm1(2 D_i) times the row's scale and |s| (D: each row's largest logit error times
+    |s|, the logit scale), times |h_ik|;
     the product's length-N float32 sum and G and dW rounded to the dtype, ((N + 1) u_c + 2 * 2**-p)
     sum_i |G_ij h_ik|; the float64 sum over the V rows, (V + 1) 2**-53 sum_j |dW_jk|. h: |hidden|."""
     dG = torch.nan_to_num(tol_G, nan=0.0) + p * torch.expm1(2 * D) * scale * s

@@ -523,8 +523,8 @@ def dim_argument(case, target, strict=False):
             if not case.spec.reduces:
                 out = out.movedim(k, -1)
             _agree(case, target, out, base, args, strict, f"dim={dim} differs from the last-axis result",
-                   call=f"out = target.{case.op}(*[t.movedim(-1, {k}) for t in ({', '.join(case.spec.args)},)], dim={dim})",
-                   truth=truth)
+                   call=(f"out = target.{case.op}(*[t.movedim(-1, {k}) for t in ({', '.join(case.spec.args)},)], "
+                         f"dim={dim})"), truth=truth)
 
 
 @invariant(forward, families=(MASKED_CHUNKS,))
