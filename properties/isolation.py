@@ -465,9 +465,8 @@ def _target(targets, spec, gpu):
 def _check(inv_name, case, target, filters):
     from hypothesis.errors import HypothesisDeprecationWarning
 
-    from .hypothesis_compat import UnsatisfiedAssumption
-
     from .failures import PropertyFailure
+    from .hypothesis_compat import UnsatisfiedAssumption
     from .invariants import law
     from .record import recording
     inv = law(inv_name)
