@@ -82,7 +82,7 @@ def test_bfloat16_smoothed_loss_from_rounded_log_probabilities():
     * torch.compile, logits [-0.4121, -2.4375] (a row of a stride-0 batch), target 0: 0.2246094
       where the exact loss is 0.2252045.
     Both are within the default tier's allowance for rounded log-probabilities
-    (truth._rounded_log_probs: 1.6 and 2.0 ulps with the output's rounding, against errors of
+    (bounds.ce_rounded_log_probs: 1.6 and 2.0 ulps with the output's rounding, against errors of
     1.26 and 0.61 ulps) and outside the strict tier's bound; a loss two bfloat16 ulps further off
     is still a failure."""
     for row, got in (((0.345703125, 0.8203125), 0.9296875), ((-0.412109375, -2.4375), 0.224609375)):
@@ -102,7 +102,7 @@ def test_bfloat16_mean_gradient_scaled_in_the_dtype():
     nll_loss's backward forms the scale dloss / count in bfloat16, the count held in bfloat16 too.
     * 3 rows: dx[0, 0] = -0.3125 where the exact value is -0.311111 (scale round(1/3) = 0.333984);
     * 257 rows: -0.0036468506 where the exact value is -0.0036316472 (the count rounds to 256).
-    Both are within the default tier's allowance (truth._rounded_mean_scale) and outside the strict
+    Both are within the default tier's allowance (bounds.ce_rounded_mean_scale) and outside the strict
     tier's bound; two bfloat16 ulps further off is still a failure."""
     for rows, got in ((3, -0.3125), (257, -0.0036468505859375)):
         case = _ce("cross_entropy_backward", "bfloat16", rows, 15, ("const", 0.0), dloss=DLoss(("const", 1.0)))

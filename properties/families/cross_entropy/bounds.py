@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ...tolerances import ATOL_FTZ, TABLE, U_ORACLE
+from ...tolerances import ATOL_FTZ, TABLE, U_ORACLE, ulp
 
 
 # ----------------------------------------------------------------------------------------------
@@ -74,6 +74,102 @@ def ce_grad_bound(dtype, p, x, lse_abs_err, lse, g0, scale, is_t, eps, V):
     t = TABLE[dtype]
     return (ab(t.u_c, lse_abs_err[0]) + ab(U_ORACLE, lse_abs_err[1])
             + ATOL_FTZ * t.tiny_c * scale.abs()[..., None])
+
+
+def ce_torch_grad_allowance(dtype, p, x, lse, scale, hot, eps):
+    """The default tier's allowance for a 16-bit gradient formed as torch forms it (ce_truth), at
+    u = 2**-precision of the logits' dtype. Autograd saves log_softmax's output z_j = x_j - lse
+    rounded to the dtype (off by u |z_j|), which moves p_j = exp(z_j) by p_j expm1(u |z_j|), times
+    the row's scale. Smoothed, torch's loss (1 - eps) NLL + eps SMOOTH sends log_softmax's backward
+    a cotangent g_j = -(1 - eps) s [j = t] - (eps / V) s formed in the dtype: each term rounded and
+    their sum rounded. A rounding to the dtype errs by at most u |v| + eta (eta: half the subnormal
+    spacing; (eps / V) |s| is subnormal in float16 for V in the thousands), so |dg_j| <=
+    2u ((1 - eps) |s| [j = t] + (eps / V) |s|) + (2 + [j = t]) eta (the second term, the sum, and
+    at j = t the first); dx_j = g_j - p_j sum_k g_k carries dg_j + p_j sum_k |dg_k|."""
+    u = 2.0 ** -TABLE[dtype].precision
+    zabs = torch.where(p > 0, (x - lse[..., None]).abs(), 0.0)
+    out = torch.nan_to_num(p * torch.expm1(u * zabs) * scale.abs()[..., None], nan=0.0)
+    if eps > 0:
+        V = p.shape[-1]
+        terms = ((1 - eps) * hot + eps / V) * scale.abs()[..., None]
+        eta = 0.5 * float(ulp(torch.zeros((), device="cpu"), dtype))
+        dg = 2 * u * terms + (2 + hot) * eta
+        out = out + dg + p * dg.sum(-1, keepdim=True)
+    return out
+
+
+def ce_options_torch_grad_allowance(dtype, ref, p, d, J, W, sc, hot, eps):
+    """ce_torch_grad_allowance with the options (ce_options_truth), at u = 2**-precision of the
+    logits' dtype, times |J| = |dy/dx|: the log-probabilities rounded to the dtype move p by
+    p expm1(u |y - lse|) (d = |y - lse|), times the largest weight W and the scale; the
+    gradient's products and its rounding to the dtype through the transform, 3u |gy| with
+    gy = ref / J; 3 eta W for the roundings below the normal range; smoothed, the two terms'
+    cotangents rounded as ce_torch_grad_allowance's, times W."""
+    u = 2.0 ** -TABLE[dtype].precision
+    eta = 0.5 * float(ulp(torch.zeros((), device="cpu"), dtype))
+    gy = ref.abs() / J.abs().clamp_min(1e-300)
+    rnd = W * p * torch.expm1(u * d) * sc.abs()[..., None]
+    out = J.abs() * (torch.nan_to_num(rnd, nan=0.0) + 3 * u * torch.nan_to_num(gy, posinf=0.0) + 3 * eta * W)
+    if eps > 0:
+        V = p.shape[-1]
+        terms = W * ((1 - eps) * hot + eps / V) * sc.abs()[..., None]
+        dg = 2 * u * terms + (2 + hot) * eta * W
+        out = out + J.abs() * (dg + p * dg.sum(-1, keepdim=True))
+    return out
+
+
+def ce_rounded_mean_scale(dtype, dloss, count, g0, hot, y, eps):
+    """The default tier's allowance for a 16-bit mean's gradient scale formed as torch forms it:
+    nll_loss's backward divides dloss by the count of rows (its total_weight) with both held in the
+    logits' dtype, so the count is rounded (exact below 2**precision: bf16 257 rows count as 256)
+    and so is the quotient. The scale s' = round(dloss / round(count)) errs from s = dloss / count
+    by err = |dloss / round(count) - s| + h(dloss / round(count)) (h: half the dtype's spacing,
+    the subnormal spacing included). Without smoothing the cotangent is -s' at the target alone
+    and the gradient is linear in it, so the whole row scales: err |g0_j|, g0 = p - onehot. With
+    smoothing the two terms' cotangents are scaled separately, each by at most err:
+    dg_j = err ((1 - eps) [j = t] + eps / V), and dx_j carries dg_j + p_j sum_k dg_k.
+    bf16 logits 3 x 15 of zeros, target 0, dloss 1: torch gives dx_00 = -0.3125 (scale
+    round(1/3) = 0.333984) where the exact value is -0.311111, 1.4 ulps off. A count that is inf
+    in the dtype (float16 past 65504 rows) is PyTorch's bug, not an allowance (FINDINGS.md, torch 3)."""
+    dl = dloss.detach().double().reshape(())
+    n = count.to(dl.device, torch.float64)
+    n16 = n.to(dtype).double()
+    if not bool(torch.isfinite(n16)) or float(n16) == 0.0:
+        return torch.zeros_like(g0)
+    sc, s = dl / n16, dl / n
+    err = (sc - s).abs() + 0.5 * ulp(sc, dtype)
+    err = torch.nan_to_num(err, nan=0.0, posinf=0.0)
+    if eps > 0:
+        dg = err * ((1 - eps) * hot + eps / g0.shape[-1])
+        return dg + y * dg.sum(-1, keepdim=True)
+    return err * g0.abs()  # ignored rows: ce_truth zeroes their bound
+
+
+def ce_rounded_log_probs(dtype, x64, lse, xt, eps, red):
+    """The default tier's allowance, per row, for a 16-bit loss composed as torch composes it:
+    log_softmax's output z_j = x_j - lse in the logits' dtype, then the NLL -z_t and the smoothing
+    term -(eps / V) sum_j z_j. Rounding v to the dtype errs by at most h(v), half the dtype's
+    spacing at |v| (the subnormal spacing below the normal range; |v| is taken a hair larger, so a
+    value computed just below a power of two is covered too): z_t moves the loss by
+    (1 - eps) h(z_t), the z_j by (eps / V) sum_j h(z_j). With reduction='none' the row loss itself
+    is formed in the dtype: the product (1 - eps) NLL rounded, h((1 - eps) z_t); the smoothing sum
+    rounded, (eps / V) h(sum_j |z_j|) (every z_j <= 0), and its product by eps / V,
+    h(eps mean_j |z_j|); the sum of the two terms is the output's own rounding, in
+    total_tolerance. (A reduced loss rounds scalars: ce_truth's allowance for the reductions.)
+    bf16 logits [0.3457, 0.8203], target 0, eps = 0.1: torch on CUDA gives 0.9296875 where the
+    exact loss is 0.9346178, 1.26 ulps off; the allowance is 1.4 ulps, the output's rounding
+    half an ulp more."""
+    def h(v):
+        return 0.5 * ulp(v.abs() * (1 + 2.0**-16), dtype)
+    V = x64.shape[-1]
+    zt = (lse - xt).abs()
+    # |z_j| over the finite logits (a -inf logit makes the smoothed loss itself +inf)
+    z = torch.where(torch.isfinite(x64), (x64 - lse[..., None]).abs(), 0.0)
+    r = (1 - eps) * h(zt) + (eps * (h(z) / V).sum(-1) if eps > 0 else 0.0)
+    if red == "none" and eps > 0:
+        zsum = z.sum(-1)
+        r = r + h((1 - eps) * zt) + (eps / V) * h(zsum) + h(eps * zsum / V)
+    return torch.nan_to_num(r, nan=0.0)
 
 
 def ce_sum_bound(tol_sum, tol_none):

@@ -37,10 +37,9 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.
     reduction and smoothing may be overridden (the forward only); depth: the reduction-depth
     model (tolerances.depth_any: default tier; tolerances.depth: strict). Not strict, the
     default tier's allowances: a 16-bit loss formed from log-probabilities rounded to the
-    logits' dtype (_rounded_log_probs), a gradient formed from them (torch's autograd saves
-    log_softmax's output in the dtype: z_j off by half an ulp, 2**-precision |z_j|, moves p_j by
-    p_j expm1(2**-precision |z_j|)), a smoothed gradient formed from the two terms' cotangents,
-    each rounded to the dtype, and a reduction formed from separately reduced terms each rounded
+    logits' dtype (bounds.ce_rounded_log_probs), a gradient formed from them and, smoothed, from
+    the two terms' cotangents each rounded to the dtype (bounds.ce_torch_grad_allowance), and a
+    reduction formed from separately reduced terms each rounded
     to the dtype (torch's smoothed mean: (1 - eps) NLL + eps SMOOTH, four more roundings of at
     most half an ulp of sum |loss_i|)."""
     x, t = args[0], args[1]
@@ -63,7 +62,7 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.
         row_eps = B.ce_loss_bound(case.dtype, lse, H, dep, logs, xt, mean_abs,
                                   torch.where(torch.isfinite(rows), rows, 0.0), eps)
         if not strict and case.dtype in (torch.float16, torch.bfloat16):
-            row_eps = row_eps + _rounded_log_probs(case.dtype, x64, lse, xt, eps, red)
+            row_eps = row_eps + B.ce_rounded_log_probs(case.dtype, x64, lse, xt, eps, red)
         row_eps = torch.where(ign, 0.0, row_eps)
         ref = oracles.ce.cross_entropy(x64, t, ign_idx, red, eps)
         count = (~ign).sum()
@@ -87,24 +86,9 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.
     lse_err = tuple(B.ce_lse_error(u, lse, H, dep, logs) for u in units)
     eps_g = B.ce_grad_bound(case.dtype, y, x64, lse_err, lse, g0, scale, hot, eps, V)
     if not strict:
-        u = 2.0 ** -tolerances.TABLE[case.dtype].precision
-        zabs = torch.where(y > 0, (x64 - lse[..., None]).abs(), 0.0)
-        rnd = y * torch.expm1(u * zabs) * scale.abs()[..., None]
-        eps_g = eps_g + torch.nan_to_num(rnd, nan=0.0)
-        if eps > 0:
-            # torch's smoothed loss (1 - eps) NLL + eps SMOOTH sends log_softmax's backward a
-            # cotangent g_j = -(1 - eps) s [j = t] - (eps / V) s formed in the dtype: each term
-            # rounded and their sum rounded. A rounding to the dtype errs by at most u |v| + eta
-            # (eta: half the subnormal spacing; (eps / V) |s| is subnormal in float16 for V in the
-            # thousands), so |dg_j| <= 2u ((1 - eps) |s| [j = t] + (eps / V) |s|) + (2 + [j = t]) eta
-            # (the second term, the sum, and at j = t the first); dx_j = g_j - p_j sum_k g_k
-            # carries dg_j + p_j sum_k |dg_k|
-            terms = ((1 - eps) * hot + eps / V) * scale.abs()[..., None]
-            eta = 0.5 * float(tolerances.ulp(torch.zeros((), device="cpu"), case.dtype))
-            dg = 2 * u * terms + (2 + hot) * eta
-            eps_g = eps_g + dg + y * dg.sum(-1, keepdim=True)
+        eps_g = eps_g + B.ce_torch_grad_allowance(case.dtype, y, x64, lse, scale, hot, eps)
         if red == "mean" and case.dtype in (torch.float16, torch.bfloat16):
-            eps_g = eps_g + _rounded_mean_scale(case.dtype, dl, (~ign).sum(), g0, hot, y, eps)
+            eps_g = eps_g + B.ce_rounded_mean_scale(case.dtype, dl, (~ign).sum(), g0, hot, y, eps)
     eps_g = torch.where(ign[..., None], 0.0, eps_g)
     return ref, tolerances.total_tolerance(eps_g, ref, case.dtype, case.dtype)
 
@@ -130,10 +114,11 @@ def ce_options_truth(case, args, red, eps, depth, strict):
     divisor's own error times the part (the weights are exact; their sum over n rows is exact in
     float32 for the drawn values, multiples of 1/4 summing below 2**21; 16-bit default: one
     rounding of it to the dtype, torch's total_weight). Default tier, 16-bit logits: the
-    log-probabilities rounded to the dtype (_rounded_log_probs at y, times the largest weight)
-    and the weighted products rounded (2 ulps of each row's terms), the reduced result formed
+    log-probabilities rounded to the dtype (bounds.ce_rounded_log_probs at y, times the largest
+    weight) and the weighted products rounded (2 ulps of each row's terms), the reduced result formed
     through the dtype (2 ulps of it), the backward's scale rounded (3 ulps of the gradient, as
-    _rounded_mean_scale) and the smoothed cotangents (ce_truth's)."""
+    bounds.ce_rounded_mean_scale) and the gradient's roundings
+    (bounds.ce_options_torch_grad_allowance)."""
     x, t = args[0], args[1]
     opts = case.oracle_options(x.device)
     w0, z, c, s = opts["weight"], float(opts["z_loss"]), opts["softcap"], float(opts["logit_scale"])
@@ -162,7 +147,7 @@ def ce_options_truth(case, args, red, eps, depth, strict):
                       for u, le in zip(units, lse_err))
         if sixteen:
             W = torch.maximum(wt.abs(), w.abs().amax() if V else torch.zeros((), dtype=torch.float64, device=x64.device))
-            row_eps = row_eps + W * _rounded_log_probs(case.dtype, y, lse, yt, eps, red)
+            row_eps = row_eps + W * B.ce_rounded_log_probs(case.dtype, y, lse, yt, eps, red)
             ulp2 = 2 * tolerances.ulp(torch.nan_to_num(ce_rows.abs(), posinf=0.0), case.dtype)
             row_eps = row_eps + ulp2
         row_eps = torch.where(ign, 0.0, row_eps)
@@ -202,74 +187,10 @@ def ce_options_truth(case, args, red, eps, depth, strict):
         tiny = tolerances.TABLE[case.dtype].tiny_c if u != tolerances.U_ORACLE else 0.0
         eps_g = eps_g + B.ce_options_grad_bound(u, p, y, lse, le, yerr, J, dJ, w, wt, eps, z, sc, zsc, hot, dxy, tiny)
     if sixteen:
-        u16 = 2.0 ** -tolerances.TABLE[case.dtype].precision
-        eta = 0.5 * float(tolerances.ulp(torch.zeros((), device="cpu"), case.dtype))
-        gy = ref.abs() / J.abs().clamp_min(1e-300)
         W = torch.maximum(wt.abs(), w.abs().amax() if V else torch.zeros((), dtype=torch.float64, device=x64.device))[..., None]
-        # log-probabilities rounded to the dtype move p by p expm1(u16 |y - lse|) (ce_truth's)
-        rnd = W * p * torch.expm1(u16 * dxy) * sc.abs()[..., None]
-        eps_g = eps_g + J.abs() * (torch.nan_to_num(rnd, nan=0.0) + 3 * u16 * torch.nan_to_num(gy, posinf=0.0)
-                                   + 3 * eta * W)
-        if eps > 0:
-            terms = W * ((1 - eps) * hot + eps / V) * sc.abs()[..., None]
-            dg = 2 * u16 * terms + (2 + hot) * eta * W
-            eps_g = eps_g + J.abs() * (dg + p * dg.sum(-1, keepdim=True))
+        eps_g = eps_g + B.ce_options_torch_grad_allowance(case.dtype, ref, p, dxy, J, W, sc, hot, eps)
     eps_g = torch.where(ign[..., None], 0.0, eps_g)
     return ref, tolerances.total_tolerance(eps_g, ref, case.dtype, case.dtype)
-
-
-def _rounded_mean_scale(dtype, dloss, count, g0, hot, y, eps):
-    """The default tier's allowance for a 16-bit mean's gradient scale formed as torch forms it:
-    nll_loss's backward divides dloss by the count of rows (its total_weight) with both held in the
-    logits' dtype, so the count is rounded (exact below 2**precision: bf16 257 rows count as 256)
-    and so is the quotient. The scale s' = round(dloss / round(count)) errs from s = dloss / count
-    by err = |dloss / round(count) - s| + h(dloss / round(count)) (h: half the dtype's spacing,
-    the subnormal spacing included). Without smoothing the cotangent is -s' at the target alone
-    and the gradient is linear in it, so the whole row scales: err |g0_j|, g0 = p - onehot. With
-    smoothing the two terms' cotangents are scaled separately, each by at most err:
-    dg_j = err ((1 - eps) [j = t] + eps / V), and dx_j carries dg_j + p_j sum_k dg_k.
-    bf16 logits 3 x 15 of zeros, target 0, dloss 1: torch gives dx_00 = -0.3125 (scale
-    round(1/3) = 0.333984) where the exact value is -0.311111, 1.4 ulps off. A count that is inf
-    in the dtype (float16 past 65504 rows) is PyTorch's bug, not an allowance (FINDINGS.md, torch 3)."""
-    dl = dloss.detach().double().reshape(())
-    n = count.to(dl.device, torch.float64)
-    n16 = n.to(dtype).double()
-    if not bool(torch.isfinite(n16)) or float(n16) == 0.0:
-        return torch.zeros_like(g0)
-    sc, s = dl / n16, dl / n
-    err = (sc - s).abs() + 0.5 * tolerances.ulp(sc, dtype)
-    err = torch.nan_to_num(err, nan=0.0, posinf=0.0)
-    if eps > 0:
-        dg = err * ((1 - eps) * hot + eps / g0.shape[-1])
-        return dg + y * dg.sum(-1, keepdim=True)
-    return err * g0.abs()  # ignored rows: ce_truth zeroes their bound
-
-
-def _rounded_log_probs(dtype, x64, lse, xt, eps, red):
-    """The default tier's allowance, per row, for a 16-bit loss composed as torch composes it:
-    log_softmax's output z_j = x_j - lse in the logits' dtype, then the NLL -z_t and the smoothing
-    term -(eps / V) sum_j z_j. Rounding v to the dtype errs by at most h(v), half the dtype's
-    spacing at |v| (the subnormal spacing below the normal range; |v| is taken a hair larger, so a
-    value computed just below a power of two is covered too): z_t moves the loss by
-    (1 - eps) h(z_t), the z_j by (eps / V) sum_j h(z_j). With reduction='none' the row loss itself
-    is formed in the dtype: the product (1 - eps) NLL rounded, h((1 - eps) z_t); the smoothing sum
-    rounded, (eps / V) h(sum_j |z_j|) (every z_j <= 0), and its product by eps / V,
-    h(eps mean_j |z_j|); the sum of the two terms is the output's own rounding, in
-    total_tolerance. (A reduced loss rounds scalars: ce_truth's allowance for the reductions.)
-    bf16 logits [0.3457, 0.8203], target 0, eps = 0.1: torch on CUDA gives 0.9296875 where the
-    exact loss is 0.9346178, 1.26 ulps off; the allowance is 1.4 ulps, the output's rounding
-    half an ulp more."""
-    def h(v):
-        return 0.5 * tolerances.ulp(v.abs() * (1 + 2.0**-16), dtype)
-    V = x64.shape[-1]
-    zt = (lse - xt).abs()
-    # |z_j| over the finite logits (a -inf logit makes the smoothed loss itself +inf)
-    z = torch.where(torch.isfinite(x64), (x64 - lse[..., None]).abs(), 0.0)
-    r = (1 - eps) * h(zt) + (eps * (h(z) / V).sum(-1) if eps > 0 else 0.0)
-    if red == "none" and eps > 0:
-        zsum = z.sum(-1)
-        r = r + h((1 - eps) * zt) + (eps / V) * h(zsum) + h(eps * zsum / V)
-    return torch.nan_to_num(r, nan=0.0)
 
 
 def ce_default_mask(case, args, out_shape):
@@ -295,7 +216,7 @@ def ce_default_mask(case, args, out_shape):
     * a label_smoothing below float32's smallest normal with 16/32-bit logits: a float32 kernel
       holds it as 0, and 0 * inf is NaN where the exact loss is +inf.
     * (in the bound, not here) the gradient formed from the forward's log-probabilities rounded
-      to the logits' dtype (autograd saves outputs in their dtype): ce_truth's rounded_forward."""
+      to the logits' dtype (autograd saves outputs in their dtype): bounds.ce_torch_grad_allowance."""
     x, t = args[0].detach().double(), args[1]
     ign = t == case.ignore_index
     if case.spec.is_vjp:
