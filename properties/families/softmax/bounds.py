@@ -101,6 +101,15 @@ def rounded_forward_effect(op, out, g, du):
     return torch.exp(out) * torch.expm1(du) * g.sum(-1, keepdim=True).abs()
 
 
+def logsumexp_grad_bound(dtype, dx, g, tol_p, tol_l):
+    """dx = softmax(x) g (logsumexp's VJP, exact dx): softmax within its bound tol_p, times |g|;
+    the product rounded twice, 2 u_c |dx|; and a backward that forms exp(x - lse) from the
+    forward's saved lse (rounded to the dtype it was returned in, within its bound tol_l) moves dx
+    by |dx| expm1(tol_l) (tol_l capped at 700: huge enough at |x| ~ finfo.max to cover anything)."""
+    saved = dx.abs() * torch.expm1(tol_l.clamp_max(700))[..., None]
+    return g.abs()[..., None] * tol_p + 2 * TABLE[dtype].u_c * dx.abs() + torch.nan_to_num(saved, nan=0.0)
+
+
 def unit_row_sum_bound(tol, n):
     """|sum_i y_i - 1| for a row of n outputs, each within tol_i of the FP64 oracle: sum_i tol_i,
     plus n 2**-52 (the oracle's row sums to 1 within n 2**-53, and the FP64 sum of y adds as
