@@ -68,8 +68,8 @@ def named(name: str):
     return applies
 
 
-def ref_tol(case, args, depth=tolerances.depth_any, returned=None):
-    """(reference, tolerance) of the case's op at these arguments, with the case's options;
+def truth_bound(case, args, depth=tolerances.depth_any, returned=None):
+    """(truth, bound) of the case's op at these arguments, with the case's options;
     returned: the dtype the target returned the output in (truth.returned_bound)."""
     return truth_at(case.op, case.dtype, args, depth, returned=returned, **case.kwargs())
 
@@ -96,7 +96,7 @@ def unit_row_sums(case, target):
     bounds.unit_row_sum_bound (each y_i is within tol_i of the oracle)."""
     (x,) = case.tensors(target.device)
     y = op_call(case, target, x).double()
-    ref, tol = ref_tol(case, [x])
+    ref, tol = truth_bound(case, [x])
     rows = finite_rows(x) & torch.isfinite(ref).all(-1) if x.shape[-1] else finite_rows(x)
     err = (y.sum(-1) - 1).abs()
     bound = B.unit_row_sum_bound(tol, x.shape[-1])
@@ -139,15 +139,15 @@ def shift_invariance(case, target, strict=False):
     b = op_call(case, target, xs)
     call = f"out = target.{case.op}(x + {c})  # vs target.{case.op}(x)"
     if case.spec.reduces:  # the output moves by c: lse(x + c) = lse(x) + c
-        ref, tol = ref_tol(case, [x], returned=a.dtype)
-        _, tol2 = ref_tol(case, [xs], returned=b.dtype)
+        ref, tol = truth_bound(case, [x], returned=a.dtype)
+        _, tol2 = truth_bound(case, [xs], returned=b.dtype)
         tol = agree(tol, tol2, formed=ref.abs() + abs(c), dtype=a.dtype)
         assert_close(case, target, b.double() - c, a.double(), tol,
                      f"logsumexp(x + {c}) - {c} != logsumexp(x)", call, dtype=a.dtype)
     elif strict:
         assert_bitwise(case, target, b, a, f"{case.op}(x + {c}) != {case.op}(x)", call)
     else:
-        _, tol = ref_tol(case, [x])
+        _, tol = truth_bound(case, [x])
         assert_close(case, target, b.double(), a.double(), agree(tol, tol), f"{case.op}(x + {c}) != {case.op}(x)",
                      call)
 
@@ -163,7 +163,7 @@ def permutation_equivariance(case, target):
     p = torch.roll(torch.arange(D - 1, -1, -1, device=x.device), D // 3)
     a = op_call(case, target, x[..., p])
     b = op_call(case, target, x)
-    ref, tol = ref_tol(case, [x], returned=b.dtype)
+    ref, tol = truth_bound(case, [x], returned=b.dtype)
     if not case.spec.reduces:
         b, ref, tol = b[..., p], ref[..., p], tol[..., p]
     assert_close(case, target, a.double(), b.double(), agree(tol, tol),
@@ -201,7 +201,7 @@ def constant_row_uniform(case, target):
     assume(bool((x == x[..., :1]).all()))  # the law needs constant rows, whatever drew them
     out = op_call(case, target, x)
     ref = case.spec.oracle(torch.zeros(out.shape, dtype=torch.float64, device=out.device), **case.kwargs())
-    _, tol = ref_tol(case, [x])
+    _, tol = truth_bound(case, [x])
     assert_close(case, target, out, ref, tol, "constant row is not uniform")
 
 
@@ -253,7 +253,7 @@ def vjp_rows_sum_to_zero(case, target):
     magnitude (tolerances.vjp_in_range, the strict tier's)."""
     a, g = case.tensors(target.device)
     dx = op_call(case, target, a, g).double()
-    ref, tol = ref_tol(case, [a, g])
+    ref, tol = truth_bound(case, [a, g])
     a64, g64 = a.double(), g.double()
     # everything in units of s, the power of two above max |g| (clamped at 2**1023): no FP64 sum
     # below can overflow where the exact one is finite (float64 cotangents near finfo.max; the
@@ -293,7 +293,7 @@ def softmax_vjp_within_cotangent_spread(case, target):
     dx = op_call(case, target, a, g).double()
     if not n:
         return
-    _, tol = ref_tol(case, [a, g])
+    _, tol = truth_bound(case, [a, g])
     y, g64 = a.double(), g.double()
     s = oracles.reference._scale(g64)
     gs = g64 / s
@@ -324,7 +324,7 @@ def vjp_matches_fp64_autograd(case, target):
     # torch's FP64 backward forms sum(g) / sum(y * g) unscaled: where that overflows, the
     # reference is not the exact VJP, and matches_oracle (scaled) is the check that applies
     assume(bool(torch.isfinite(auto).all()))
-    _, tol = ref_tol(case, [a, g])
+    _, tol = truth_bound(case, [a, g])
     _, fwd64 = truth_at(case.spec.forward, torch.float64, [x.detach()])
     bound = B.autograd_vjp_bound(case.op, case.dtype, tol, out64.detach(), g_log, fwd64, auto.shape, a.shape)
     if a.shape != auto.shape:  # expanded layout on y: compare against the broadcast
@@ -348,7 +348,7 @@ def vjp_matches_finite_differences(case, target):
     fwd = lookup(case.spec.forward).oracle
     cols = sorted({0, xv.shape[-1] // 2, xv.shape[-1] - 1})
     fd = oracles.fd_grad(fwd, xv, g_log, cols)
-    _, tol = ref_tol(case, [a, g])
+    _, tol = truth_bound(case, [a, g])
     bound = B.finite_difference_bound(case.op, case.dtype, tol, fwd(xv), xv, g_log, 1e-5, cols)
     assert_close(case, target, dx[..., cols], fd, bound,
                  f"VJP differs from central differences at columns {cols}")

@@ -39,12 +39,12 @@ def forward_truth_at(oracle, eps, out_dtype=None):
     """The ``reference`` of a forward op of the softmax family: oracle(x) and the bound
     eps(dtype, rows, dep, ref) (rows: row_terms(x), dep: the reduction depth of the row length)
     plus the final rounding to the output dtype (default: the input's)."""
-    def ref_and_tol(dtype, args, depth=tolerances.depth_any):
+    def truth_and_bound(dtype, args, depth=tolerances.depth_any):
         x = args[0].detach().to(torch.float64)
         ref = oracle(x)
         e = eps(dtype, row_terms(x), depth(x.shape[-1]), ref)
         return ref, tolerances.total_tolerance(e, ref, (out_dtype or (lambda d: d))(dtype), dtype)
-    return ref_and_tol
+    return truth_and_bound
 
 
 softmax_truth_at = forward_truth_at(oracles.softmax, lambda dt, r, dep, y: B.softmax_bound(dt, r.d, r.H, dep, y))
