@@ -9,10 +9,10 @@ float32 bugs). Each failure therefore gets a class from the kind of its worst el
 it is in (``x`` / ``lse`` of a merge) and its precision group (16-bit formats, which kernels
 usually widen, against the wider ones):
 
-    UnexpectedNaN      NaN where the reference is not NaN
-    UnexpectedInf      an infinity where the reference is finite (an overflow)
-    UnexpectedFinite   a finite value where the reference is NaN or infinite
-    WrongNonFinite     non-finite, but not the reference's (NaN for inf, an inf of the wrong sign)
+    UnexpectedNaN      NaN where the truth is not NaN
+    UnexpectedInf      an infinity where the truth is finite (an overflow)
+    UnexpectedFinite   a finite value where the truth is NaN or infinite
+    WrongNonFinite     non-finite, but not the truth's (NaN for inf, an inf of the wrong sign)
     OutOfTolerance     finite, beyond the derived tolerance
     Differs            finite, unequal where the law demands equality (bitwise laws)
     WrongOutput        the wrong type, shape, dtype or device
@@ -45,19 +45,19 @@ class PropertyFailure(AssertionError):
 
 
 class UnexpectedNaN(PropertyFailure):
-    """NaN where the reference is not NaN."""
+    """NaN where the truth is not NaN."""
 
 
 class UnexpectedInf(PropertyFailure):
-    """An infinity where the reference is finite."""
+    """An infinity where the truth is finite."""
 
 
 class UnexpectedFinite(PropertyFailure):
-    """A finite value where the reference is NaN or infinite."""
+    """A finite value where the truth is NaN or infinite."""
 
 
 class WrongNonFinite(PropertyFailure):
-    """A non-finite value other than the reference's."""
+    """A non-finite value other than the truth's."""
 
 
 class OutOfTolerance(PropertyFailure):

@@ -23,7 +23,7 @@ element, an absolute bound ``eps`` on the error of the value computed before the
 (first-order error analysis, terms listed in each docstring), plus the same bound at ``U_ORACLE``
 for the FP64 oracle's own error. The element passes when ``|out - ref| <= eps + 0.5 * ulp_out(|ref|
 + eps) + atol``: the final rounding adds half an ulp of the output dtype; ``atol`` covers flushed
-subnormals. A reference that overflows the output dtype may be matched by the infinity of its sign.
+subnormals. A truth that overflows the output dtype may be matched by the infinity of its sign.
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def max_finite(dtype: torch.dtype) -> float:
 
 def total_tolerance(eps: torch.Tensor, ref: torch.Tensor, out_dtype: torch.dtype, in_dtype: torch.dtype):
     """eps plus the final rounding to out_dtype plus the FTZ floor of the compute precision. Where
-    the reference is NaN (a NaN or +inf input reached it) the bound is 0, never NaN: a correct
+    the truth is NaN (a NaN or +inf input reached it) the bound is 0, never NaN: a correct
     output is NaN there, matched by pattern, and a law that holds another output to this one
     (two calls, two layouts) asks them to match exactly, by value and NaN pattern."""
     eps = torch.nan_to_num(eps, nan=0.0, posinf=float("inf"))
@@ -120,7 +120,7 @@ def rerounded(tol: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> torch
     It covers the value computed before the final rounding rounded to dtype at once (within
     eps <= tol, plus half an ulp at |ref| + eps), and rounded twice, to the finer dtype and then
     to dtype (a float32 logsumexp cast to bfloat16: within tol, plus half an ulp at
-    |ref| + tol). Where tol is 0 (a NaN reference, total_tolerance) it stays 0."""
+    |ref| + tol). Where tol is 0 (a NaN truth, total_tolerance) it stays 0."""
     return torch.where(torch.isnan(ref), 0.0, tol + 0.5 * ulp(ref.abs() + tol, dtype))
 
 

@@ -144,7 +144,7 @@ def ce_reductions_agree(case, target):
 def ce_gradient_rows_sum_to_zero(case, target):
     """Each gradient row sums to 0: sum_j (p_j - (1 - eps)[j = t] - eps/V) = 1 - (1 - eps) - eps.
     Bound: bounds.ce_grad_row_sum_bound (each element within its oracle bound, and the oracle's
-    own row sum). Rows with a non-finite reference are matches_oracle's business."""
+    own row sum). Rows with a non-finite truth are matches_oracle's business."""
     args = case.tensors(target.device)
     dx = op_call(case, target, *args).double()
     ref, tol = ce_truth(case, args)

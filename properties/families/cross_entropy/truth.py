@@ -33,7 +33,7 @@ def _rows(x64, t, ign_idx):
     return p, fin, H, logs, lse, ign, tc
 
 def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.depth_any, strict=False):
-    """(reference, tolerance) in float64 for a CECase at the given (laid-out) tensors; the
+    """(truth, bound) in float64 for a CECase at the given (laid-out) tensors; the
     reduction and smoothing may be overridden (the forward only); depth: the reduction-depth
     model (tolerances.depth_any: default tier; tolerances.depth: strict). Not strict, the
     default tier's allowances: a 16-bit loss formed from log-probabilities rounded to the

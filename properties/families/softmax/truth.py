@@ -36,7 +36,7 @@ def row_terms(x64: torch.Tensor) -> RowTerms:
 
 
 def forward_truth_at(oracle, eps, out_dtype=None):
-    """The ``reference`` of a forward op of the softmax family: oracle(x) and the bound
+    """The truth of a forward op of the softmax family: oracle(x) and the bound
     eps(dtype, rows, dep, ref) (rows: row_terms(x), dep: the reduction depth of the row length)
     plus the final rounding to the output dtype (default: the input's)."""
     def truth_and_bound(dtype, args, depth=tolerances.depth_any):
@@ -83,7 +83,7 @@ def vjp_rows(case, args, strict):
 
 
 def logits_truth(case, args, strict=False) -> Truth:
-    """The Truth of a single-output op of the softmax family: its reference at the tier's depth
+    """The Truth of a single-output op of the softmax family: its truth at the tier's depth
     (strict: tolerances.depth), judged on the rows vjp_rows covers; in the default tier, in any
     output dtype the spec accepts there (default_out_dtypes), at the precision returned."""
     spec = case.spec
@@ -99,7 +99,7 @@ def logits_truth(case, args, strict=False) -> Truth:
 def normalized_grad_truth(case, args, g, y):
     """grad_truth of softmax and log_softmax: the FP64 autograd VJP of torch's float64 op at x =
     args[0] (the spec's torch_ref) for the cotangent g, and its bound: the explicit VJP's bound at
-    the output y the kernel saved (reference), plus how far the VJP moves between y and the exact
+    the output y the kernel saved (its truth there), plus how far the VJP moves between y and the exact
     forward: rounded_forward_effect with |dy| within the forward's bound at x (each output of a
     correct kernel is) and twice the float64 forward's."""
     x = args[0]
