@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -67,6 +68,7 @@ def from_bits(bits: int, dtype) -> float:
     return float(torch.tensor([bits], dtype=_BITS_VIEW[dtype.itemsize]).view(dtype).to(torch.float64))
 
 
+@functools.lru_cache(maxsize=None)
 def any_value(dtype):
     """Every representable value of the dtype, NaN, infinities and subnormals included."""
     if dtype.itemsize == 2:
@@ -74,19 +76,23 @@ def any_value(dtype):
     return st.floats(width=dtype.itemsize * 8)
 
 
+@functools.lru_cache(maxsize=None)
 def rounded(dtype, lo, hi):
     return st.floats(lo, hi).map(lambda v: float(torch.tensor(v, dtype=torch.float64).to(dtype).double()))
 
 
+@functools.lru_cache(maxsize=None)
 def moderate_value(dtype):
     return rounded(dtype, -30.0, 30.0)
 
 
+@functools.lru_cache(maxsize=None)
 def huge_value(dtype):
     mx = torch.finfo(dtype).max
     return st.one_of(st.sampled_from([mx, -mx]), rounded(dtype, -mx, mx))
 
 
+@functools.lru_cache(maxsize=None)
 def subnormal_value(dtype):
     p = _PRECISION[dtype]
     n = dtype.itemsize * 8
@@ -105,6 +111,7 @@ def grid_step(dtype) -> float:
 GRID_SHIFT = {torch.bfloat16: 37.0}  # the exact shift used by shift_invariance (others: 37.25)
 
 
+@functools.lru_cache(maxsize=None)
 def grid_value(dtype):
     span = 32 if dtype == torch.bfloat16 else 256
     return st.integers(-span, span).map(lambda k: k * grid_step(dtype))
@@ -184,14 +191,28 @@ def _patches(draw, rows, cols, value, max_patches=3, max_len=1):
     return tuple(out)
 
 
+_SEED = st.integers(0, 2**16)
+_NORMAL = st.tuples(st.just("normal"), _SEED, st.sampled_from([1.0, 3.0, 10.0]))
+
+
+def _as_const(v):
+    return ("const", v)
+
+
+@functools.lru_cache(maxsize=None)
+def _const(vals):
+    """("const", v) for v drawn from vals. One strategy object per vals (the value strategies are
+    cached too): Hypothesis validates each new strategy object on its first draw, a third of the
+    time of drawing a case when every draw built its strategies afresh."""
+    return vals.map(_as_const)
+
+
 @st.composite
 def logits(draw, rows, cols, dtype, families=FAMILIES, boundaries=()):
     """A Logits recipe of one logit family (see FAMILIES)."""
     fam = draw(st.sampled_from(families), label="family")
     dn = dtype_name(dtype)
-    seed = st.integers(0, 2**16)
-    normal = st.tuples(st.just("normal"), seed, st.sampled_from([1.0, 3.0, 10.0]))
-    const = lambda vals: vals.map(lambda v: ("const", v))
+    seed, normal, const = _SEED, _NORMAL, _const
     if fam == "moderate":
         fill = draw(st.one_of(const(moderate_value(dtype)), normal))
         patches = draw(_patches(rows, cols, moderate_value(dtype)))

@@ -2,6 +2,7 @@
 options, and the cotangent dloss."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -179,6 +180,7 @@ def ce_targets(draw, rows: int, V: int, ignore_index: int, invalid: bool = False
     return Targets(tuple(vals), dtype, stride)
 
 
+@functools.lru_cache(maxsize=None)
 def dlosses(reduction: str):
     """The cotangent's recipe: 1 (what loss.backward() hands), a rounded moderate constant, or a
     seeded normal fill; for "none" also strided (NaN gaps) or expanded (stride 0)."""
