@@ -205,7 +205,7 @@ def o_within_value_range(case, target):
              call=f"{case.call_code()}\nout = out[0]  # o")
 
 
-def _invisible_change(case, q):
+def _invisible_change(case):
     """(side, J0, rows, size): the keys changed (j >= J0 for side 'suffix', j < J0 for 'prefix')
     and the query rows (Lq,) that see none of them but see some key, J0 the first of those that
     maximizes rows x keys changed (size); None where no J0 leaves such a row. The side comes from
@@ -255,7 +255,7 @@ def mask_locality(case, target, strict=False):
     target without it is skipped, naming it); windows are drawn where the target takes them."""
     assume(_masked(case) and case.Lk >= 2)
     q, k, v = case.tensors(target.device)
-    pick = _invisible_change(case, q)
+    pick = _invisible_change(case)
     assume(pick is not None)
     side, J0, rows, _ = pick
     sl = "[:, :, {}:]".format(J0) if side == "suffix" else "[:, :, :{}]".format(J0)

@@ -86,16 +86,9 @@ def ce_torch_grad_allowance(dtype, p, x, lse, scale, hot, eps):
     spacing; (eps / V) |s| is subnormal in float16 for V in the thousands), so |dg_j| <=
     2u ((1 - eps) |s| [j = t] + (eps / V) |s|) + (2 + [j = t]) eta (the second term, the sum, and
     at j = t the first); dx_j = g_j - p_j sum_k g_k carries dg_j + p_j sum_k |dg_k|."""
-    u = 2.0 ** -TABLE[dtype].precision
-    zabs = torch.where(p > 0, (x - lse[..., None]).abs(), 0.0)
-    out = torch.nan_to_num(p * torch.expm1(u * zabs) * scale.abs()[..., None], nan=0.0)
-    if eps > 0:
-        V = p.shape[-1]
-        terms = ((1 - eps) * hot + eps / V) * scale.abs()[..., None]
-        eta = 0.5 * float(ulp(torch.zeros((), device="cpu"), dtype))
-        dg = 2 * u * terms + (2 + hot) * eta
-        out = out + dg + p * dg.sum(-1, keepdim=True)
-    return out
+    d = torch.where(p > 0, (x - lse[..., None]).abs(), 0.0)
+    rnd, dg = _rounded_softmax_terms(dtype, p, d, scale, hot, eps)
+    return torch.nan_to_num(rnd, nan=0.0) + dg
 
 
 def ce_options_torch_grad_allowance(dtype, ref, p, d, J, W, sc, hot, eps):
@@ -108,14 +101,23 @@ def ce_options_torch_grad_allowance(dtype, ref, p, d, J, W, sc, hot, eps):
     u = 2.0 ** -TABLE[dtype].precision
     eta = 0.5 * float(ulp(torch.zeros((), device="cpu"), dtype))
     gy = ref.abs() / J.abs().clamp_min(1e-300)
-    rnd = W * p * torch.expm1(u * d) * sc.abs()[..., None]
-    out = J.abs() * (torch.nan_to_num(rnd, nan=0.0) + 3 * u * torch.nan_to_num(gy, posinf=0.0) + 3 * eta * W)
-    if eps > 0:
-        V = p.shape[-1]
-        terms = W * ((1 - eps) * hot + eps / V) * sc.abs()[..., None]
-        dg = 2 * u * terms + (2 + hot) * eta * W
-        out = out + J.abs() * (dg + p * dg.sum(-1, keepdim=True))
-    return out
+    rnd, dg = _rounded_softmax_terms(dtype, p, d, sc, hot, eps)
+    return J.abs() * (torch.nan_to_num(W * rnd, nan=0.0) + 3 * u * torch.nan_to_num(gy, posinf=0.0) + 3 * eta * W
+                      + W * dg)
+
+
+def _rounded_softmax_terms(dtype, p, d, scale, hot, eps):
+    """The two parts of ce_torch_grad_allowance, per unit weight: p expm1(u d) |scale| (d: the
+    log-probabilities' magnitudes; NaN where p is, the caller reads it as 0 once weighted), and
+    the smoothed cotangents' roundings dg_j + p_j sum_k dg_k (0 without smoothing)."""
+    u = 2.0 ** -TABLE[dtype].precision
+    rnd = p * torch.expm1(u * d) * scale.abs()[..., None]
+    if not eps > 0:
+        return rnd, 0.0
+    terms = ((1 - eps) * hot + eps / p.shape[-1]) * scale.abs()[..., None]
+    eta = 0.5 * float(ulp(torch.zeros((), device="cpu"), dtype))
+    dg = 2 * u * terms + (2 + hot) * eta
+    return rnd, dg + p * dg.sum(-1, keepdim=True)
 
 
 def ce_rounded_mean_scale(dtype, dloss, count, g0, hot, y, eps):

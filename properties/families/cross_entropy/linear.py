@@ -157,12 +157,6 @@ def lce_case(draw, spec, families=None, max_cols=None):
     return draw(lce_cases())
 
 
-def logits_error(case, hidden, weight, bias):
-    """The logits' error bound (bounds.lce_logits_error) of a case's call."""
-    z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
-    return B.lce_logits_error(case.dtype, hidden, weight, bias, z)
-
-
 def lce_extra(case, z, dz, reduction, t):
     """The loss's error from logits within dz of z (bounds.lce_loss_extra), for a case's options."""
     J = oracles.ce.transform_grad(z, case.softcap, case.logit_scale)
@@ -173,7 +167,7 @@ def lce_extra(case, z, dz, reduction, t):
 def lce_truth(case, args, strict=False, reduction=None):
     """The loss against the FP64 oracle (oracles/linear_cross_entropy.py, the logits in float64):
     the cross-entropy bound at the FP64 logits (ce_truth, with the options) plus the logits'
-    error carried through the loss (lce_extra of logits_error), on the outputs the
+    error carried through the loss (lce_extra of bounds.lce_logits_error), on the outputs the
     cross-entropy's default mask judges."""
     hidden, weight, t = args[:3]
     red = reduction or case.reduction
@@ -182,7 +176,7 @@ def lce_truth(case, args, strict=False, reduction=None):
     z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
     view = case.ce_view(red)
     ref, tol = ce_truth(view, [z, t], depth=tolerances.depth if strict else tolerances.depth_any, strict=strict)
-    tol = tol + lce_extra(case, z, logits_error(case, hidden, weight, bias), red, t)
+    tol = tol + lce_extra(case, z, B.lce_logits_error(case.dtype, hidden, weight, bias, z), red, t)
     mask = None if strict else (ce_options_mask if view.options() else ce_default_mask)(view, [z, t], ref.shape)
     return Truth((OutputTruth("out", ref, tol, case.dtype, mask),))
 
@@ -215,7 +209,7 @@ def lce_is_cross_entropy_of_logits(case, target):
     """linear_cross_entropy(hidden, weight, target, bias) equals the target's own
     cross_entropy(hidden @ weight.T + bias) (the logits formed by torch in the dtype), the same
     options: within the sum of the two bounds, the first's logits' error once more (the two
-    references differ by at most that: the second's logits are within logits_error of the
+    references differ by at most that: the second's logits are within lce_logits_error of the
     first's)."""
     hidden, weight, t = case.tensors(target.device)
     assume(case.N > 0)
@@ -228,7 +222,7 @@ def lce_is_cross_entropy_of_logits(case, target):
     lt = lce_truth(case, [hidden, weight, t]).outputs[0]
     _, tol_ce = ce_truth(view, [z, t])
     z64 = oracles.linear_cross_entropy.logits(hidden, weight, bias)
-    extra = lce_extra(case, z64, logits_error(case, hidden, weight, bias), case.reduction, t)
+    extra = lce_extra(case, z64, B.lce_logits_error(case.dtype, hidden, weight, bias, z64), case.reduction, t)
     only = lt.only if lt.only is not None else torch.ones(lt.ref.shape, dtype=torch.bool, device=lt.ref.device)
     assert_close(case, target, a, b, torch.nan_to_num(agree(lt.tol, tol_ce) + extra, nan=0.0),
                  "linear_cross_entropy != cross_entropy(hidden @ weight.T + bias)",
@@ -288,7 +282,7 @@ def lce_weight_grad_sums_to_zero(case, target):
     sum_j dW_jk = sum_i (sum_j G_ij) h_ik = 0 (autograd, dloss = 1). Bound, summing over j the
     error of each dW_jk = sum_i G_ij h_ik: G_ij within the cross-entropy backward's bound at the
     FP64 logits (ce_truth) plus the logits' error carried into p (p_ij expm1(2 |s| D_i),
-    D_i = max_j logits_error, times the row's scale), times |h_ik|; the product's length-N float32
+    D_i = max_j lce_logits_error, times the row's scale), times |h_ik|; the product's length-N float32
     sum and G and dW rounded to the dtype, ((N + 1) u_c + 2 * 2**-p) sum_i |G_ij h_ik|; the
     float64 sum over the V rows, (V + 1) 2**-53 sum_j |dW_jk|. Targets whose op is not
     differentiable in the weight: the example is rejected."""
@@ -306,7 +300,7 @@ def lce_weight_grad_sums_to_zero(case, target):
     view = dataclasses.replace(case.ce_view(), op="cross_entropy_backward")
     G, tolG = ce_truth(view, [z, t, dl])
     s = abs(float(case.logit_scale))
-    D = (logits_error(case, hidden, weight, bias).amax(-1) * s)[..., None]
+    D = (B.lce_logits_error(case.dtype, hidden, weight, bias, z).amax(-1) * s)[..., None]
     p = torch.softmax(z * float(case.logit_scale), -1)
     sc = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction).abs()[..., None]
     tol = B.lce_weight_grad_sum_bound(case.dtype, G, tolG, p, D, sc, s, hidden.detach().double().abs(), case.N, case.V)
