@@ -1,6 +1,6 @@
 """Make Triton's CPU interpreter (TRITON_INTERPRET=1) behave like compiled Triton where a
 kernel's verdict depends on it, and spend less time where it does not. The plugin calls
-``install()`` only when TRITON_INTERPRET=1; on a GPU nothing here is touched. Five patches, for
+``install()`` only when TRITON_INTERPRET=1; on a GPU nothing here is touched. Six patches, for
 triton 3.6 and 3.9; ``patches()`` says which are in place (the report header prints it). A patch
 whose interpreter internal is missing is left out, named there with the reason, and the
 interpreter keeps its own behaviour for it.
@@ -74,7 +74,7 @@ import os
 
 import numpy as np
 
-_PATCHES = ("autotune", "casts", "float_args", "nested_calls", "bfloat16_math")
+_PATCHES = ("autotune", "casts", "float_args", "nested_calls", "bfloat16_math", "libdevice")
 _STATE: dict[str, str] = {}  # patch name -> "on" or why it is off (filled by install)
 _UNDO: dict[str, list] = {}  # patch name -> [(owner, attribute, original value)]
 
@@ -458,5 +458,55 @@ def _install_nested_calls() -> list:
     return [_replace(I, "_patch_lang", _patch_lang)]
 
 
+# ---- libdevice ---------------------------------------------------------------------------------
+def _erf(fn):
+    import math
+    return np.vectorize(getattr(math, fn), otypes=[np.float64])
+
+
+_LIBDEVICE = {  # libdevice function -> numpy of the same arguments (float32 / float64 in, the same out)
+    **{n: getattr(np, n) for n in ("tanh", "sinh", "cosh", "tan", "sin", "cos", "exp", "exp2", "expm1", "log",
+                                   "log2", "log10", "log1p", "sqrt", "cbrt", "floor", "ceil", "trunc", "rint",
+                                   "fmod", "hypot", "fmax", "fmin", "copysign")},
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "asinh": np.arcsinh, "acosh": np.arccosh,
+    "atanh": np.arctanh, "atan2": np.arctan2, "pow": np.power, "nearbyint": np.rint, "fabs": np.abs,
+    "exp10": lambda x: np.power(x.dtype.type(10), x), "rsqrt": lambda x: 1 / np.sqrt(x),
+    "erf": _erf("erf"), "erfc": _erf("erfc"),
+}
+
+
+def _install_libdevice() -> list:
+    import triton.language as tl
+    from triton.language.extra import libdevice as L
+    from triton.runtime import interpreter as I
+
+    def interpreted(name, args):
+        vals = [a.value if isinstance(a, tl.constexpr) else a for a in args]
+        tensors = [v for v in vals if isinstance(v, tl.tensor)]
+        dt = tensors[0].dtype.scalar if tensors else tl.float32
+        if dt not in (tl.float32, tl.float64) or any(t.dtype.scalar != dt for t in tensors):
+            raise ValueError(f"libdevice.{name} takes float32 or float64 arguments of one dtype (compiled "
+                             f"Triton has no other), got {[str(t.dtype) for t in tensors]}")
+        npdt = np.float32 if dt == tl.float32 else np.float64
+        data = [np.asarray(v.handle.data if isinstance(v, tl.tensor) else v, dtype=npdt) for v in vals]
+        with np.errstate(all="ignore"):
+            out = np.asarray(_LIBDEVICE[name](*data)).astype(npdt)
+        block = any(t.type.is_block() for t in tensors)
+        return tl.tensor(I.TensorHandle(out, dt), tl.block_type(dt, list(out.shape)) if block else dt)
+
+    undo = [(L, "_interpreted_libdevice", None)]
+    L._interpreted_libdevice = interpreted
+    for name in _LIBDEVICE:
+        stub = getattr(L, name, None)
+        if stub is None or stub.__code__.co_freevars:
+            continue
+        ns: dict = {}
+        exec(f"def {name}(*args):\n    return _interpreted_libdevice({name!r}, args)\n", ns)
+        undo.append((stub, "__code__", stub.__code__))
+        stub.__code__ = ns[name].__code__
+    return undo
+
+
 _INSTALLERS = {"autotune": _install_autotune, "casts": _install_casts, "float_args": _install_float_args,
-               "nested_calls": _install_nested_calls, "bfloat16_math": _install_bfloat16_math}
+               "nested_calls": _install_nested_calls, "bfloat16_math": _install_bfloat16_math,
+               "libdevice": _install_libdevice}

@@ -273,12 +273,53 @@ def test_nested_calls_patch_changes_nothing_but_time():
     assert torch.equal(y, z) and torch.allclose(y.double(), torch.softmax(x.double(), 0), rtol=1e-6, atol=0)
 
 
+# ---- libdevice ---------------------------------------------------------------------------------
+from triton.language.extra.libdevice import erf as _ld_erf, pow as _ld_pow, tanh as _ld_tanh  # noqa: E402
+
+
+@triton.jit
+def _libdevice_math(X, Y, N, c, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    x = tl.load(X + o, mask=o < N)
+    tl.store(Y + o, c * _ld_tanh(x / c) + _ld_erf(x) + _ld_pow(x, 2.0), mask=o < N)
+
+
+def _libdevice_check(dtype):
+    x = torch.tensor([-30.0, -2.5, -0.75, 0.0, 1e-3, 0.5, 3.0, 40.0], dtype=dtype, device=DEVICE)
+    y = torch.empty_like(x)
+    _libdevice_math[(1,)](x, y, x.numel(), 0.25, BLOCK=8)
+    x64 = x.double()
+    want = 0.25 * torch.tanh(x64 / 0.25) + torch.erf(x64) + x64**2
+    assert torch.allclose(y.double(), want, rtol=8 * torch.finfo(dtype).eps, atol=4 * torch.finfo(dtype).eps), (y, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_libdevice_functions_compute(dtype):
+    """triton.language.extra.libdevice's tanh, erf and pow (imported by name before any launch,
+    as a third-party kernel module does) give their values, in float32 and float64."""
+    _libdevice_check(dtype)
+
+
+@only_interpreting
+def test_libdevice_check_fails_without_patch():
+    with interpreter.suspended("libdevice"):
+        with pytest.raises(Exception, match="NoneType"):
+            _libdevice_check(torch.float32)
+
+
+@only_interpreting
+def test_libdevice_refuses_16_bit_arguments_as_compiled():
+    x = torch.ones(8, dtype=torch.bfloat16)
+    with pytest.raises(Exception, match="float32 or float64"):
+        _libdevice_math[(1,)](x, torch.empty_like(x), 8, 0.25, BLOCK=8)
+
+
 # ---- install(), patches(), suspended() ---------------------------------------------------------
 @only_interpreting
 def test_install_is_idempotent_and_every_patch_is_on():
     assert interpreter.install() and interpreter.install()
     assert interpreter.patches() == {"autotune": "on", "casts": "on", "float_args": "on", "nested_calls": "on",
-                                     "bfloat16_math": "on"}
+                                     "bfloat16_math": "on", "libdevice": "on"}
     with pytest.raises(ValueError, match="names must be among"):
         with interpreter.suspended("rounding"):
             pass
@@ -296,14 +337,15 @@ def test_missing_internal_leaves_the_patch_off_and_says_why(monkeypatch):
                                                      "casts": lambda: done.append("casts") or [],
                                                      "float_args": missing,
                                                      "nested_calls": lambda: done.append("nested_calls") or [],
-                                                     "bfloat16_math": lambda: done.append("bfloat16_math") or []})
+                                                     "bfloat16_math": lambda: done.append("bfloat16_math") or [],
+                                                     "libdevice": lambda: done.append("libdevice") or []})
     assert interpreter.install() is False
     state = interpreter.patches()
     assert state["autotune"] == state["casts"] == state["nested_calls"] == state["bfloat16_math"] == "on"
-    assert done == ["autotune", "casts", "nested_calls", "bfloat16_math"]
+    assert done == ["autotune", "casts", "nested_calls", "bfloat16_math", "libdevice"]
     assert state["float_args"].startswith("off (AttributeError: ") and "_implicit_cvt" in state["float_args"]
     assert interpreter.install() is False  # idempotent
-    assert done == ["autotune", "casts", "nested_calls", "bfloat16_math"]
+    assert done == ["autotune", "casts", "nested_calls", "bfloat16_math", "libdevice"]
     with pytest.raises(RuntimeError, match="not installed"):
         with interpreter.suspended("float_args"):
             pass
