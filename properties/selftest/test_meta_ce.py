@@ -295,3 +295,37 @@ def test_ce_options_bounds_hold_where_eps_rounds_and_z_terms_near_overflow():
                   -100, "none", 0.0, CE.DLoss(("const", 3.0)), z_loss=1e-4, logit_scale=0.5)
     ce_z_loss_term(case, tg)
     ce_options_match_oracle(case, tg)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_float32_loss_of_16_bit_logits_passes_the_default_tier_only(dtype):
+    """A loss of 16-bit logits returned in float32 (the per-row buffer of fused kernels) is a
+    convention (truth.loss_also): output_dtype_and_shape and ce_matches_oracle pass it in the
+    default tier; the strict tier holds the contract's dtype. A float32 loss that is wrong still
+    fails: the bound is the 16-bit loss's own."""
+    import types
+
+    from ..families.cross_entropy.case import CECase
+    from ..families.cross_entropy.laws import ce_matches_oracle
+    from ..invariants._checks import check_oracle
+    from ..invariants._registry import checking
+    from ..invariants.generic import output_dtype_and_shape
+    from ..ops import Target
+
+    def wide(scale):
+        def cross_entropy(x, target, **kw):
+            return kernels.cross_entropy(x.float(), target, **kw) * scale
+        tg = Target(types.ModuleType("float32_loss"))
+        tg.module.cross_entropy = cross_entropy
+        tg.device = DEV
+        return tg
+
+    x = S.Logits(3, 5, str(dtype).replace("torch.", ""), ("normal", 0, 3.0), (), "moderate")
+    case = CECase("cross_entropy", dtype, S.Input(x, (3,), S.Layout()), CE.Targets((0, 4, 2)), -100, "mean", 0.0,
+                  None)
+    output_dtype_and_shape(case, wide(1.0))
+    ce_matches_oracle(case, wide(1.0))
+    with pytest.raises(AssertionError, match="differs from the FP64 oracle"):
+        ce_matches_oracle(case, wide(1.01))
+    with pytest.raises(AssertionError, match="float32"), checking("ce_matches_oracle_strict", "strict"):
+        check_oracle(case, wide(1.0), strict=True)

@@ -332,6 +332,19 @@ def _both(a, b):
     return b if a is None else a if b is None else a & b
 
 
+def loss_also(case, tol, strict: bool) -> tuple:
+    """The further dtype a loss may come back in (OutputTruth.also): float32 for 16-bit inputs, in
+    the default tier, judged by the 16-bit loss's own bound (the computation at float32 plus the
+    final rounding to 16 bits; a float32 loss skips only the rounding). PyTorch returns the loss
+    in the logits' dtype; fused kernels keep their per-row losses in float32 and return them so
+    (liger-kernel's fused linear cross-entropy), and a float32 loss is the more accurate one: a
+    convention, not a bug, as neither PyTorch's maintainers nor a kernel's authors would call it
+    one. The strict tier keeps the contract's dtype; gradients keep the logits' dtype."""
+    if strict or case.spec.is_vjp or case.dtype not in (torch.float16, torch.bfloat16):
+        return ()
+    return ((torch.float32, tol),)
+
+
 def cross_entropy_truth(case, args, strict=False) -> Truth:
     """The loss (forward) or gradient (backward) against the FP64 oracle: the bound for any
     summation order on the outputs ce_default_mask covers, and for the gradient's rows whose exact
@@ -348,7 +361,7 @@ def cross_entropy_truth(case, args, strict=False) -> Truth:
     if case.spec.is_vjp:
         y = oracles.ce.transform(args[0], case.softcap, case.logit_scale) if case.options() else args[0]
         only = _both(only, nan_rows_keep_their_nan(y, ref))
-    return Truth((OutputTruth("out", ref, tol, case.dtype, only),))
+    return Truth((OutputTruth("out", ref, tol, case.dtype, only, also=loss_also(case, tol, strict)),))
 
 
 def cross_entropy_grad_truth(case, args, g, y):
