@@ -21,6 +21,14 @@ What liger-kernel offers of the suite's contract, and how each function calls it
 * ``cross_entropy_backward(logits, target, dloss, ...)``: autograd through the same
   ``liger_cross_entropy``: forward on a float copy of the logits that requires grad, then
   ``torch.autograd.grad(loss, logits, dloss)`` (LigerCrossEntropyFunction.backward).
+* ``linear_cross_entropy(hidden, weight, target, *, bias, ignore_index, reduction,
+  label_smoothing, z_loss, softcap)``: ``liger_kernel.transformers.functional.
+  liger_fused_linear_cross_entropy`` (LigerFusedLinearCrossEntropyFunction: rows in chunks of
+  about H x BT / V, each chunk's logits formed by torch's matmul in the inputs' dtype, then
+  liger's cross-entropy kernel, the gradients formed in the forward) on ``hidden.reshape(-1, H)``
+  and ``target.reshape(-1)``, with the defaults a caller gets (``accum_dtype=None``: d weight and
+  d bias accumulated over the chunks in the weight's dtype). Differentiable in hidden, weight and
+  bias. The loss is float32 whatever the inputs' dtype (its per-row buffer). No logit scale.
 
 In-place writes, the documented contract: liger's cross-entropy forward computes the gradient
 when its input requires grad and stores it *into the input's buffer* ("Here we use a trick to
@@ -35,7 +43,7 @@ Declared refusals (``NotImplementedError``, the only ``SUITE_REFUSALS``), each f
 * softmax and its backward with rows longer than 65,536: ``liger_kernel.ops.utils.
   calculate_settings`` raises "Cannot launch Triton kernel since n = ... exceeds the recommended
   Triton blocksize = 65536" (a whole row is one block).
-* cross-entropy in float64: the kernel casts every logit to float32 ("Ensure float32 precision
+* cross-entropy (and the fused linear cross-entropy) in float64: the kernel casts every logit to float32 ("Ensure float32 precision
   for softmax calculation") and liger's dtype table (``liger_kernel.ops.utils.
   torch_to_triton_dtype``) lists float32, float16 and bfloat16 only.
 
@@ -128,3 +136,25 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     g = dloss.reshape(-1) if reduction == "none" else dloss
     (dx,) = torch.autograd.grad(loss, x, g)
     return dx.reshape(logits.shape)
+
+
+def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index=-100, reduction="mean",
+                         label_smoothing=0.0, z_loss=0.0, softcap=None):
+    float_tensor("hidden", hidden)
+    float_tensor("weight", weight, min_ndim=2)
+    if weight.ndim != 2 or weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(f"weight must be (V, H) with H = hidden's last size {hidden.shape[-1]}, "
+                         f"got {tuple(weight.shape)}")
+    if bias is not None:
+        float_tensor("bias", bias)
+        if tuple(bias.shape) != (weight.shape[0],):
+            raise ValueError(f"bias must be (V,) = ({weight.shape[0]},), got {tuple(bias.shape)}")
+    V, batch = ce_args(hidden.new_empty(hidden.shape[:-1] + (weight.shape[0],)), target, reduction, label_smoothing)
+    _check_ce_dtype(hidden)
+    h, t = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
+    opts = _ce_options(None, z_loss, softcap)
+    del opts["weight"]  # the fused op has no class weights in the suite's contract
+    loss = _functional.liger_fused_linear_cross_entropy(h, weight, t, bias, ignore_index=ignore_index,
+                                                        reduction=reduction, label_smoothing=float(label_smoothing),
+                                                        **opts)
+    return loss.reshape(batch) if reduction == "none" else loss

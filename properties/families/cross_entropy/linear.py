@@ -25,7 +25,7 @@ from ...tolerances import agree
 from . import bounds as B
 from .case import CECase
 from .strategies import ce_option_values, ce_options, ce_targets
-from .truth import ce_options_mask, ce_default_mask, ce_truth
+from .truth import ce_options_mask, ce_default_mask, ce_truth, loss_also
 
 OP = "linear_cross_entropy"
 LCE_OFFERED = ("z_loss", "softcap", "logit_scale")  # cross_entropy's, class weights excepted
@@ -56,6 +56,11 @@ class LCECase(OpCase):
     @property
     def dtype_name(self) -> str:
         return str(self.dtype).replace("torch.", "")
+
+    @property
+    def batch(self) -> tuple:
+        """The rows (the loss's shape under reduction="none")."""
+        return (self.N,)
 
     def _normal(self, name, shape, seed, scale) -> str:
         return (f"{name} = (torch.randn({tuple(shape)}, generator=torch.Generator().manual_seed({seed}), "
@@ -178,7 +183,7 @@ def lce_truth(case, args, strict=False, reduction=None):
     ref, tol = ce_truth(view, [z, t], depth=tolerances.depth if strict else tolerances.depth_any, strict=strict)
     tol = tol + lce_extra(case, z, B.lce_logits_error(case.dtype, hidden, weight, bias, z), red, t)
     mask = None if strict else (ce_options_mask if view.options() else ce_default_mask)(view, [z, t], ref.shape)
-    return Truth((OutputTruth("out", ref, tol, case.dtype, mask),))
+    return Truth((OutputTruth("out", ref, tol, case.dtype, mask, also=loss_also(case, tol, strict)),))
 
 
 def _oracle(hidden, weight, target, **kw):
