@@ -45,13 +45,13 @@ def lse_or_input_dtype(dtype: torch.dtype) -> tuple:
 
 @dataclass(frozen=True)
 class OutputTruth:
-    """One output of an op as the FP64 truth has it: ``ref`` and the elementwise bound ``tol``
+    """One output of an op as the FP64 truth has it: its ``value`` and the elementwise bound ``tol``
     (float64), the output's ``dtype``, the elements the tier judges (``only``, a bool mask
-    broadcast to ``ref``; None: all), how a report names it and what a mismatch means; ``also``:
+    broadcast to ``value``; None: all), how a report names it and what a mismatch means; ``also``:
     further dtypes the tier accepts for it, each with its bound (logsumexp in the default tier)."""
 
     name: str
-    ref: torch.Tensor
+    value: torch.Tensor
     tol: torch.Tensor
     dtype: torch.dtype
     only: Optional[torch.Tensor] = None

@@ -187,7 +187,7 @@ def assert_structure(case, target, out, want, what, call=None):
 def expect_outputs(case, target, out, truth, what="outputs", call=None):
     """out has the outputs truth describes: their number, shapes, dtypes (any the tier accepts:
     OutputTruth.dtypes) and device."""
-    assert_structure(case, target, out, [(e.name, e.ref.shape, e.dtypes if e.also else e.dtype, e.ref.device)
+    assert_structure(case, target, out, [(e.name, e.value.shape, e.dtypes if e.also else e.dtype, e.value.device)
                                          for e in truth.outputs], what, call)
 
 
@@ -201,7 +201,7 @@ def check_outputs(case, target, out, truth, call=None, args=None, record=False):
         record_error(case, target, args, out, truth)
     for got, e in zip(outputs(out), truth.outputs):
         e = e.returned_as(got.dtype)  # judged at the precision returned, where the tier accepts several
-        assert_close(case, target, got, e.ref, e.tol, e.what, call, only=e.only, dtype=e.dtype, out_name=e.name)
+        assert_close(case, target, got, e.value, e.tol, e.what, call, only=e.only, dtype=e.dtype, out_name=e.name)
 
 
 def check_oracle(case, target, poisoned=False, strict=False):
@@ -225,15 +225,15 @@ def record_error(case, target, args, out, truth):
     close the reference library is; the spec's torch_ref). Steers Hypothesis towards the worst
     case. args None: the default fraction and ulps only."""
     got, e = outputs(out)[0], truth.outputs[0]
-    if not getattr(target, "record", True) or not isinstance(got, torch.Tensor) or got.shape != e.ref.shape:
+    if not getattr(target, "record", True) or not isinstance(got, torch.Tensor) or got.shape != e.value.shape:
         return
     e = e.returned_as(got.dtype)
-    fin = torch.isfinite(e.ref) & torch.isfinite(got.double())
+    fin = torch.isfinite(e.value) & torch.isfinite(got.double())
     if not bool(fin.any()):
         return
-    err = (got.double() - e.ref).abs()[fin]
+    err = (got.double() - e.value).abs()[fin]
     frac = (err / e.tol[fin].clamp_min(1e-300)).max().item()
-    stats = dict(default=frac, ulps=(err / tolerances.ulp(e.ref[fin], e.dtype)).max().item())
+    stats = dict(default=frac, ulps=(err / tolerances.ulp(e.value[fin], e.dtype)).max().item())
     spec = case.spec
     if args is not None:
         tol_s = spec.truth(case, args, strict=True).outputs[0].tol
@@ -243,7 +243,7 @@ def record_error(case, target, args, out, truth):
                 t_out = outputs(case.evaluate(spec.torch_ref, args))[0].double()
                 t_fin = fin & torch.isfinite(t_out)
                 if bool(t_fin.any()):
-                    stats["torch"] = ((t_out - e.ref).abs()[t_fin] / e.tol[t_fin].clamp_min(1e-300)).max().item()
+                    stats["torch"] = ((t_out - e.value).abs()[t_fin] / e.tol[t_fin].clamp_min(1e-300)).max().item()
             except Exception:  # torch does not offer this case (e.g. a dtype on this device): no figure
                 pass
     record.record_worst(case.op, case.dtype, **stats)

@@ -47,12 +47,12 @@ def all_outputs_written(case, target):
     call = case.poisoned_call_code()
     expect_outputs(case, target, out, truth, call=call)
     for got, e in zip(outputs(out), truth.outputs):
-        bad = torch.isnan(got.double()) != torch.isnan(e.ref)
+        bad = torch.isnan(got.double()) != torch.isnan(e.value)
         if e.only is not None:
             bad = bad & e.only
         if bool(bad.any()):
-            i = worst(bad, torch.ones_like(e.ref))
-            fail(case, target, "NaN pattern differs from the oracle under poisoned allocations", i, e.ref[i], got[i],
+            i = worst(bad, torch.ones_like(e.value))
+            fail(case, target, "NaN pattern differs from the oracle under poisoned allocations", i, e.value[i], got[i],
                  call=call, out_name=e.name)
 
 

@@ -216,10 +216,10 @@ def split_merge_bounds(parts, ref_lse):
     L = parts[0][1].tol
     for _, el in parts[1:]:
         L = torch.maximum(L, el.tol)
-    lse_t = torch.stack([el.ref for _, el in parts], -1)
+    lse_t = torch.stack([el.value for _, el in parts], -1)
     W = torch.nan_to_num(torch.exp(lse_t - ref_lse[..., None]), nan=0.0)
     g = torch.expm1(2 * L)[..., None]
-    tol_o = sum(W[..., c, None] * (eo.tol + eo.ref.abs() * g) for c, (eo, _) in enumerate(parts))
+    tol_o = sum(W[..., c, None] * (eo.tol + eo.value.abs() * g) for c, (eo, _) in enumerate(parts))
     return tol_o, L
 
 
@@ -227,15 +227,15 @@ def shifted_input_bound(e1, e2, effect):
     """Two calls on inputs that differ by a shift rounded to the dtype (k + u, v + c), each within
     its bound of its own FP64 truth (e1, e2): the law's exact effect of the shift plus the FP64
     effect of that rounding, |ref2 - ref1 - effect|, on top of the two bounds."""
-    return e1.tol + e2.tol + (e2.ref - e1.ref - effect).abs()
+    return e1.tol + e2.tol + (e2.value - e1.value - effect).abs()
 
 
 def shifted_lse_bound(el1, el2, moved, seen):
     """key_shift's lse: shifted_input_bound with the exact move scale q.u (moved) on the rows that
     see a key (seen; the others have no lse to move), plus the float64 rounding of the law's own
     sum l1 + scale q.u (2**-52 of each term's magnitude; an infinite lse adds none)."""
-    gap = torch.where(seen, (el2.ref - el1.ref - moved).abs(), 0.0)
-    finite = el1.ref.abs().nan_to_num(posinf=0.0, neginf=0.0)
+    gap = torch.where(seen, (el2.value - el1.value - moved).abs(), 0.0)
+    finite = el1.value.abs().nan_to_num(posinf=0.0, neginf=0.0)
     return el1.tol + el2.tol + gap + 2.0**-52 * (moved.abs() + finite)
 
 

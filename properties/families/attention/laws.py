@@ -77,9 +77,9 @@ def split_kv_equivalence(case, target):
         parts.append(_call(case, target, q, kc, vc))
         exp.append(forward_truth(case, q, kc, vc)[0])
     for (o, l), (eo, el) in zip(parts, exp):
-        if tuple(o.shape) != tuple(eo.ref.shape) or tuple(l.shape) != tuple(el.ref.shape):
+        if tuple(o.shape) != tuple(eo.value.shape) or tuple(l.shape) != tuple(el.value.shape):
             fail(case, target, f"a part's outputs have shapes {tuple(o.shape)}, {tuple(l.shape)}, expected "
-                 f"{tuple(eo.ref.shape)}, {tuple(el.ref.shape)}")
+                 f"{tuple(eo.value.shape)}, {tuple(el.value.shape)}")
     mo, ml = sdpa.merge([(o.double(), l.double()) for o, l in parts])
     ref_o, ref_l = sdpa.attention(q, k, v, **case.oracle_options())
     tol_o, L = bounds.split_merge_bounds(exp, ref_l)
@@ -132,7 +132,7 @@ def key_shift(case, target):
     (e1, el1), _ = forward_truth(case, q, k, v)
     (e2, el2), _ = forward_truth(case, q, k2, v)
     moved = case.scale_value * (q.double() @ u)  # (B, Hq, Lq)
-    seen = torch.isfinite(el1.ref)
+    seen = torch.isfinite(el1.value)
     d_lse = torch.where(seen, moved, 0.0)
     tol_o = bounds.shifted_input_bound(e1, e2, 0.0)
     tol_l = bounds.shifted_lse_bound(el1, el2, moved, seen)
@@ -170,7 +170,7 @@ def value_shift(case, target):
     o2, _ = _call(case, target, q, k, v2)
     (e1, _), _ = forward_truth(case, q, k, v)
     (e2, _), _ = forward_truth(case, q, k, v2)
-    seen = sdpa.visible(case.Lq, case.Lk, case.causal, case.window, case.alignment, device=e1.ref.device).any(-1)
+    seen = sdpa.visible(case.Lq, case.Lk, case.causal, case.window, case.alignment, device=e1.value.device).any(-1)
     shift = torch.where(seen[..., None], c, 0.0)
     ref = o1.double() + shift
     tol = bounds.shifted_input_bound(e1, e2, shift)
@@ -188,11 +188,11 @@ def o_within_value_range(case, target):
     q, k, v = case.tensors(target.device)
     o, _ = _call(case, target, q, k, v)
     (e, _), _ = forward_truth(case, q, k, v)
-    vis = sdpa.visible(case.Lq, case.Lk, case.causal, case.window, case.alignment, device=e.ref.device)
+    vis = sdpa.visible(case.Lq, case.Lk, case.causal, case.window, case.alignment, device=e.value.device)
     ve = v.double().repeat_interleave(case.group, dim=1)[..., None, :, :]  # (B, Hq, 1, Lk, Dv)
     m = vis[..., None]
-    hi = torch.where(m, ve, -math.inf).amax(-2) if case.Lk else torch.zeros_like(e.ref)
-    lo = torch.where(m, ve, math.inf).amin(-2) if case.Lk else torch.zeros_like(e.ref)
+    hi = torch.where(m, ve, -math.inf).amax(-2) if case.Lk else torch.zeros_like(e.value)
+    lo = torch.where(m, ve, math.inf).amin(-2) if case.Lk else torch.zeros_like(e.value)
     none = ~vis.any(-1)[..., None]
     hi, lo = torch.where(none, 0.0, hi), torch.where(none, 0.0, lo)
     od = o.double()
@@ -279,10 +279,10 @@ def mask_locality(case, target, strict=False):
                        "lse of rows that see no changed key differs bitwise", call, out_name="lse")
         return
     (e, el), _ = forward_truth(case, q, k, v)
-    only = rows_t[None, None, :, None].expand(e.ref.shape)
-    assert_close(case, target, o2, e.ref, e.tol, "o of rows that see no changed key moved", call, only=only)
-    assert_close(case, target, l2.double(), el.ref, el.tol, "lse of rows that see no changed key moved", call,
-                 only=rows_t[None, None, :].expand(el.ref.shape), dtype=lse_dtype(case.dtype), out_name="lse")
+    only = rows_t[None, None, :, None].expand(e.value.shape)
+    assert_close(case, target, o2, e.value, e.tol, "o of rows that see no changed key moved", call, only=only)
+    assert_close(case, target, l2.double(), el.value, el.tol, "lse of rows that see no changed key moved", call,
+                 only=rows_t[None, None, :].expand(el.value.shape), dtype=lse_dtype(case.dtype), out_name="lse")
 
 
 @invariant(forward, families=("grouped",))
@@ -331,7 +331,7 @@ def attention_autograd_matches_vjp(case, target):
             have = None if got is None else (tuple(got.shape), got.dtype)
             fail(case, target, f"{name} from autograd is {have}, expected shape {tuple(x.shape)} and {x.dtype}",
                  call=call)
-        assert_close(case, target, got, e.ref, e.tol, f"{name} from autograd through o differs from the FP64 VJP",
+        assert_close(case, target, got, e.value, e.tol, f"{name} from autograd through o differs from the FP64 VJP",
                      call, dtype=case.dtype, out_name=name)
 
 
@@ -350,9 +350,9 @@ def zero_sum_vjps(case, target):
     dq, dk, dv = out
     edq, edk, edv = grads_truth(case, q, k, v, do)
     for name, got, e in (("dk", dk, edk), ("dv", dv, edv)):
-        if tuple(got.shape) != tuple(e.ref.shape):
-            fail(case, target, f"{name} has shape {tuple(got.shape)}, expected {tuple(e.ref.shape)}")
-    vis = sdpa.visible(case.Lq, case.Lk, case.causal, case.window, case.alignment, device=e.ref.device)
+        if tuple(got.shape) != tuple(e.value.shape):
+            fail(case, target, f"{name} has shape {tuple(got.shape)}, expected {tuple(e.value.shape)}")
+    vis = sdpa.visible(case.Lq, case.Lk, case.causal, case.window, case.alignment, device=e.value.device)
     seen = vis.any(-1)
     if not case.softcap:
         s = dk.double().sum(2)

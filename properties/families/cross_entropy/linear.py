@@ -228,7 +228,7 @@ def lce_is_cross_entropy_of_logits(case, target):
     _, tol_ce = ce_truth(view, [z, t])
     z64 = oracles.linear_cross_entropy.logits(hidden, weight, bias)
     extra = lce_extra(case, z64, B.lce_logits_error(case.dtype, hidden, weight, bias, z64), case.reduction, t)
-    only = lt.only if lt.only is not None else torch.ones(lt.ref.shape, dtype=torch.bool, device=lt.ref.device)
+    only = lt.only if lt.only is not None else torch.ones(lt.value.shape, dtype=torch.bool, device=lt.value.device)
     assert_close(case, target, a, b, torch.nan_to_num(agree(lt.tol, tol_ce) + extra, nan=0.0),
                  "linear_cross_entropy != cross_entropy(hidden @ weight.T + bias)",
                  f"{case.call_code()}\nfirst = out\nz = hidden @ weight.T" + (" + b" if case.bias else "")
@@ -264,7 +264,7 @@ def lce_rows_split_recombine(case, target):
         assume(count > 0)
         rec = (pa + pb) / count
     tol = B.lce_split_bound(tw.tol, ta, tb, red, count)
-    only = tw.only if tw.only is not None else torch.ones(tw.ref.shape, dtype=torch.bool, device=tw.ref.device)
+    only = tw.only if tw.only is not None else torch.ones(tw.value.shape, dtype=torch.bool, device=tw.value.device)
     only = only & torch.isfinite(rec)
     assert_close(case, target, whole, rec, torch.nan_to_num(tol, nan=0.0),
                  f"rows split at {k} and recombined ({red}) != one call", only=only)
