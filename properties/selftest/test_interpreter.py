@@ -281,7 +281,8 @@ from triton.language.extra.libdevice import erf as _ld_erf, pow as _ld_pow, tanh
 def _libdevice_math(X, Y, N, c, BLOCK: tl.constexpr):
     o = tl.arange(0, BLOCK)
     x = tl.load(X + o, mask=o < N)
-    tl.store(Y + o, c * _ld_tanh(x / c) + _ld_erf(x) + _ld_pow(x, 2.0), mask=o < N)
+    b = tl.abs(x) * 0.0625 + 1.0  # pow of two tensors of x's dtype (no scalar promotion to rely on)
+    tl.store(Y + o, c * _ld_tanh(x / c) + _ld_erf(x) + _ld_pow(b, b), mask=o < N)
 
 
 def _libdevice_check(dtype):
@@ -289,7 +290,8 @@ def _libdevice_check(dtype):
     y = torch.empty_like(x)
     _libdevice_math[(1,)](x, y, x.numel(), 0.25, BLOCK=8)
     x64 = x.double()
-    want = 0.25 * torch.tanh(x64 / 0.25) + torch.erf(x64) + x64**2
+    b = x64.abs() * 0.0625 + 1.0
+    want = 0.25 * torch.tanh(x64 / 0.25) + torch.erf(x64) + b**b
     assert torch.allclose(y.double(), want, rtol=8 * torch.finfo(dtype).eps, atol=4 * torch.finfo(dtype).eps), (y, want)
 
 
