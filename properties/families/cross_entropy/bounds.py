@@ -362,3 +362,30 @@ def lce_weight_grad_sum_bound(dtype, G, tol_G, p, D, scale, s, h, N, V):
     t = TABLE[dtype]
     per = dG.T @ h + ((N + 1) * t.u_c + 2 * 2.0 ** -t.precision) * mag
     return per.sum(0) + (V + 1) * 2.0 ** -53 * (mag.sum(0) + per.sum(0))
+
+
+def lce_grad_bounds(dtype, G, dG, W, Hd, N, V):
+    """Bounds on d hidden = G W, d weight = G^T hidden and d bias = the column sums of G, formed
+    from the kernel's own d logits G~ with |G~ - G| <= dG (G the FP64 d logits at the FP64
+    logits; dG: the cross-entropy backward's bound plus the logits' error carried into p, as in
+    lce_weight_grad_sum_bound). G~ may be rounded to the dtype before the products: 2**-p (|G| +
+    dG) more, and sigma, half the dtype's smallest subnormal, where it is subnormal there; so
+    dG' = dG + 2**-p (|G| + dG) + sigma. Each product is a dot product of length V (d hidden) or N
+    (d weight, d bias) in any order at the compute precision, (L + 1) u_c of the sum of |terms|
+    (float32 partial sums: a d weight accumulated over chunks in a 16-bit dtype is outside it),
+    and may be rounded to the dtype once more before the final rounding, 2**-p of the sum of
+    |terms| plus sigma (a kernel that forms the gradient for dloss = 1 and scales it by dloss
+    afterwards, as liger-kernel's and the project's do). The final rounding to the dtype is added
+    by the law (tolerances.total_tolerance). W, Hd: |weight|, |hidden| (float64). Returns
+    (tol_dh, tol_dw, tol_db)."""
+    t = TABLE[dtype]
+    r = 2.0 ** -t.precision
+    fi = torch.finfo(dtype)
+    sigma = fi.tiny * fi.eps / 2
+    dG = torch.nan_to_num(dG, nan=0.0)
+    dG1 = dG + r * (G.abs() + dG) + sigma
+    A = G.abs() + dG1
+    tol_dh = dG1 @ W + ((V + 1) * t.u_c + r) * (A @ W) + sigma
+    tol_dw = dG1.T @ Hd + ((N + 1) * t.u_c + r) * (A.T @ Hd) + sigma
+    tol_db = dG1.sum(0) + ((N + 1) * t.u_c + r) * A.sum(0) + sigma
+    return tol_dh, tol_dw, tol_db

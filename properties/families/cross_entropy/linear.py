@@ -17,7 +17,8 @@ from softmax_properties import oracles
 from ... import interpreter, tolerances
 from ...case import OpCase, preamble
 from ...invariants._checks import assert_close, op_call, run
-from ...invariants._registry import invariant
+from ...failures import WrongOutput
+from ...invariants._registry import fail, invariant
 from ...snippets import built
 from ...spec import OpSpec, OutputTruth, Truth, register
 from ...strategies import OFFERED, draw_index, dtypes
@@ -268,6 +269,74 @@ def lce_rows_split_recombine(case, target):
     only = only & torch.isfinite(rec)
     assert_close(case, target, whole, rec, torch.nan_to_num(tol, nan=0.0),
                  f"rows split at {k} and recombined ({red}) != one call", only=only)
+
+
+_GRAD_SETS = (("hidden", "weight", "bias"), ("hidden",), ("weight",), ("bias",))
+
+
+@invariant(linear)
+def lce_gradients_match_oracle(case, target):
+    """d hidden, d weight and d bias (autograd, a cotangent seeded by the case) equal the FP64
+    chain rule (oracles.linear_cross_entropy.linear_cross_entropy_backward: d logits G at the FP64
+    logits, then G weight, G^T hidden, the column sums of G) within bounds.lce_grad_bounds, and
+    the same whichever inputs require grad: all of them, or each alone. A fused kernel that forms
+    a gradient only when another input requires grad (d weight only if hidden does: a frozen
+    backbone under a trained output layer gets no gradient), drops a tail chunk's rows from d
+    weight, or accumulates d weight over chunks in a 16-bit dtype fails here. Without z-loss and
+    softcap (G's error from the logits' error is bounded through p alone, as in
+    lce_weight_grad_sums_to_zero); rows with a finite G. Tier default: a training step's
+    gradients, and partly frozen models, are the op's purpose."""
+    assume(case.z_loss == 0 and case.softcap is None and case.N > 0)
+    from ...invariants.generic import _seeded, _seeded_code
+    hidden, weight, t = case.tensors(target.device)
+    bias = case.bias_tensor(target.device)
+    z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
+    shape = (case.N,) if case.reduction == "none" else ()
+    probe = op_call(case, target, hidden, weight, t)
+    dl = _seeded(case, "lce_dloss", shape, probe.dtype, probe.device)
+    dl_code = _seeded_code(case, "lce_dloss", shape, probe.dtype)
+    view = dataclasses.replace(case.ce_view(), op="cross_entropy_backward")
+    G, tolG = ce_truth(view, [z, t, dl])
+    assume(bool(torch.isfinite(G).all()))
+    s = abs(float(case.logit_scale))
+    D = (B.lce_logits_error(case.dtype, hidden, weight, bias, z).amax(-1) * s)[..., None]
+    p = torch.softmax(z * float(case.logit_scale), -1)
+    sc = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction).abs()[..., None]
+    dG = torch.nan_to_num(tolG, nan=0.0) + p * torch.expm1(2 * D) * sc * s
+    W64, H64 = weight.detach().double(), hidden.detach().double()
+    refs = dict(hidden=G @ W64, weight=G.T @ H64, bias=G.sum(0))
+    eps = B.lce_grad_bounds(case.dtype, G, dG, W64.abs(), H64.abs(), case.N, case.V)
+    tols = {n: tolerances.total_tolerance(e, refs[n], case.dtype, case.dtype)  # the final rounding
+            for n, e in zip(("hidden", "weight", "bias"), eps)}
+    names = ("hidden", "weight") + (("bias",) if case.bias else ())
+    for wanted in _GRAD_SETS:
+        wanted = tuple(n for n in wanted if n in names)
+        if not wanted:
+            continue
+        leaves = dict(hidden=hidden.detach().clone(), weight=weight.detach().clone(),
+                      bias=None if bias is None else bias.detach().clone())
+        for n in wanted:
+            leaves[n].requires_grad_(True)
+        with torch.enable_grad():
+            out = op_call(case, target, leaves["hidden"], leaves["weight"], t, bias=leaves["bias"])
+        which = " and ".join(wanted) + (" (only)" if len(wanted) < len(names) else "")
+        call = ("\n".join(f"{'b' if n == 'bias' else n}.requires_grad_(True)" for n in wanted)
+                + f"\n{case.call_code()}\ndl = {dl_code}\n"
+                + f"grads = torch.autograd.grad(out, [{', '.join('b' if n == 'bias' else n for n in wanted)}], dl)")
+        if not (isinstance(out, torch.Tensor) and out.requires_grad):
+            if len(wanted) == len(names):
+                reject()  # a target whose op is not differentiable
+            fail(case, target, f"the loss does not require grad when {which} requires grad", call=call,
+                 kind=WrongOutput)
+        try:
+            grads = torch.autograd.grad(out, [leaves[n] for n in wanted], dl)
+        except RuntimeError as e:
+            fail(case, target, f"autograd found no gradient for {which}: {str(e).splitlines()[0]}", call=call,
+                 kind=WrongOutput)
+        for k, (n, g) in enumerate(zip(wanted, grads)):
+            assert_close(case, target, g, refs[n], tols[n], f"d {n}, with {which} requiring grad, differs from "
+                         "the FP64 chain rule", call + f"\nout = grads[{k}]  # d {n}", dtype=case.dtype,
+                         out_name=f"d {n}")
 
 
 def draw_split(case) -> int:
