@@ -307,32 +307,47 @@ def grouped_heads_match_repeated(case, target):
                  call + "out = out[1]  # vs first[1]", dtype=lse_dtype(case.dtype), out_name="lse")
 
 
+_GRAD_SUBSETS = (("q",), ("k",), ("v",), ("k", "v"))  # beside all three: one per example, by the case
+
+
 @invariant(forward, needs=("autograd",))
 def attention_autograd_matches_vjp(case, target):
     """Autograd through attention's o: with q, k, v leaves (as laid out) and o's cotangent do
     (seeded by the case), torch.autograd.grad(o, (q, k, v), do) equals the FP64 VJP (oracles/sdpa.py
     attention_backward) within the backward's bounds (bounds.py), each gradient in its input's
-    shape and dtype; judged in the dtypes where the target's attention is differentiable."""
+    shape and dtype; judged in the dtypes where the target's attention is differentiable. Then
+    the same with only some of the inputs requiring grad (one of q; k; v; k and v, chosen by the
+    case): cross-attention over a frozen encoder's keys and values, or frozen queries, is everyday
+    use, and a kernel that forms one gradient only when another input requires grad (dq only with
+    dk) returns nothing or zeros there."""
     assume(case.dtype in target.autograd_dtypes(case.op))
-    q, k, v = (t.detach().requires_grad_(True) for t in case.tensors(target.device))
+    from ...invariants.generic import _seed
+    base = case.tensors(target.device)
     do = case.logical("do", target.device)
-    with torch.enable_grad():
-        o, _ = _call(case, target, q, k, v)
-        if not o.requires_grad:
-            fail(case, target, "o does not require grad for inputs that do")
-        grads = torch.autograd.grad(o, (q, k, v), do, allow_unused=True)
-    truths = grads_truth(case, q.detach(), k.detach(), v.detach(), do)
+    truths = grads_truth(case, *(t.detach() for t in base), do)
     kw = "".join(f", {k_}={v_!r}" for k_, v_ in case.kwargs().items())
-    head = (f"q, k, v = (t.detach().requires_grad_() for t in (q, k, v))\n{case._value_code(3, 'do')}\ndo = V\n"
-            f"o, lse = target.attention(q, k, v{kw})\ngrads = torch.autograd.grad(o, (q, k, v), do)\n")
-    for i, (name, got, e, x) in enumerate(zip(("dq", "dk", "dv"), grads, truths, (q, k, v))):
-        call = head + f"out = grads[{i}]  # {name} vs the FP64 VJP"
-        if got is None or tuple(got.shape) != tuple(x.shape) or got.dtype != x.dtype:
-            have = None if got is None else (tuple(got.shape), got.dtype)
-            fail(case, target, f"{name} from autograd is {have}, expected shape {tuple(x.shape)} and {x.dtype}",
-                 call=call)
-        assert_close(case, target, got, e.value, e.tol, f"{name} from autograd through o differs from the FP64 VJP",
-                     call, dtype=case.dtype, out_name=name)
+    some = _GRAD_SUBSETS[_seed(case, "grad_subset") % len(_GRAD_SUBSETS)]
+    for wanted in (("q", "k", "v"), some):
+        leaves = dict(zip("qkv", (t.detach().requires_grad_(n in wanted) for n, t in zip("qkv", base))))
+        which = ", ".join(wanted) + (" (only)" if len(wanted) < 3 else "")
+        with torch.enable_grad():
+            o, _ = _call(case, target, leaves["q"], leaves["k"], leaves["v"])
+            if not o.requires_grad:
+                fail(case, target, f"o does not require grad when {which} require(s) grad")
+            grads = torch.autograd.grad(o, [leaves[n] for n in wanted], do, allow_unused=True)
+        head = (f"q, k, v = (t.detach() for t in (q, k, v))\n"
+                + "".join(f"{n}.requires_grad_()\n" for n in wanted)
+                + f"{case._value_code(3, 'do')}\ndo = V\n"
+                f"o, lse = target.attention(q, k, v{kw})\ngrads = torch.autograd.grad(o, ({', '.join(wanted)},), do)\n")
+        for i, (n, got) in enumerate(zip(wanted, grads)):
+            name, x, e = "d" + n, leaves[n], truths["qkv".index(n)]
+            call = head + f"out = grads[{i}]  # {name} vs the FP64 VJP"
+            if got is None or tuple(got.shape) != tuple(x.shape) or got.dtype != x.dtype:
+                have = None if got is None else (tuple(got.shape), got.dtype)
+                fail(case, target, f"{name} from autograd (with {which} requiring grad) is {have}, expected shape "
+                     f"{tuple(x.shape)} and {x.dtype}", call=call)
+            assert_close(case, target, got, e.value, e.tol, f"{name} from autograd through o (with {which} requiring "
+                         "grad) differs from the FP64 VJP", call, dtype=case.dtype, out_name=name)
 
 
 @invariant(backward)
