@@ -75,3 +75,25 @@ def backward_of(fwd, q, k, v, do, **options):
 
 def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, window=None, softcap=None):
     return backward_of(attention, q, k, v, do, causal=causal, scale=scale, window=window, softcap=softcap)
+
+
+def with_backward(bug):
+    """attention(q, k, v, ...) as a custom autograd Function: the forward is this composition's,
+    the backward its exact (dq, dk, dv) passed through bug(needs_input_grad, dq, dk, dv), which
+    returns the mutant's (dq, dk, dv) (needs_input_grad: autograd's flags for q, k, v)."""
+    class _Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, causal, scale, window, softcap):
+            ctx.save_for_backward(q, k, v)
+            ctx.opts = dict(causal=causal, scale=scale, window=window, softcap=softcap)
+            return attention(q, k, v, **ctx.opts)
+
+        @staticmethod
+        def backward(ctx, do, dlse):
+            q, k, v = ctx.saved_tensors
+            grads = bug(ctx.needs_input_grad[:3], *backward_of(attention, q, k, v, do, **ctx.opts))
+            return (*grads, None, None, None, None)
+
+    def fn(q, k, v, *, causal=False, scale=None, window=None, softcap=None):
+        return _Attention.apply(q, k, v, causal, scale, window, softcap)
+    return fn
