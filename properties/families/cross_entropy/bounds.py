@@ -350,14 +350,25 @@ def lce_split_bound(tol_whole, tol_a, tol_b, reduction, count):
     return tol_whole + (tol_a + tol_b) / count
 
 
-def lce_weight_grad_sum_bound(dtype, G, tol_G, p, D, scale, s, h, N, V):
-    """|sum_j dW_jk| for dW = G^T hidden whose exact rows of G sum to zero: G_ij within tol_G (the
-    cross-entropy backward's bound at the FP64 logits) plus the logits' error carried into p,
-    p_ij expm1(2 D_i) times the row's scale and |s| (D: each row's largest logit error times
-    |s|, the logit scale), times |h_ik|;
-    the product's length-N float32 sum and G and dW rounded to the dtype, ((N + 1) u_c + 2 * 2**-p)
-    sum_i |G_ij h_ik|; the float64 sum over the V rows, (V + 1) 2**-53 sum_j |dW_jk|. h: |hidden|."""
-    dG = torch.nan_to_num(tol_G, nan=0.0) + p * torch.expm1(2 * D) * scale * s
+def lce_dlogits_error(tol_G, z, logits_err, logit_scale, grad_scale):
+    """|G~ - G| for the d logits G~ a kernel forms from its own logits, G the FP64 d logits at the
+    FP64 logits z, without z-loss and softcap: tol_G (the cross-entropy backward's bound at z)
+    plus the logits' error carried into p. The kernel's logits are within logits_err of z; times
+    |s| (the logit scale) each row's largest is D_i, which moves lse by at most D_i and each
+    p_ij = exp(s z_ij - lse_i) by p_ij expm1(2 D_i) (exact, not first order), times the row's
+    gradient scale and |s| (G_ij = scale_i s (p_ij - the one-hot and smoothing terms, which do
+    not depend on z))."""
+    s = abs(float(logit_scale))
+    D = (logits_err.amax(-1) * s)[..., None]
+    p = torch.softmax(z * float(logit_scale), -1)
+    return torch.nan_to_num(tol_G, nan=0.0) + p * torch.expm1(2 * D) * grad_scale * s
+
+
+def lce_weight_grad_sum_bound(dtype, G, dG, h, N, V):
+    """|sum_j dW_jk| for dW = G^T hidden whose exact rows of G sum to zero: G_ij within dG
+    (lce_dlogits_error), times |h_ik|; the product's length-N float32 sum and G and dW rounded to
+    the dtype, ((N + 1) u_c + 2 * 2**-p) sum_i |G_ij h_ik|; the float64 sum over the V rows,
+    (V + 1) 2**-53 sum_j |dW_jk|. h: |hidden|."""
     mag = G.abs().T @ h  # (V, H): sum_i |G_ij h_ik|
     t = TABLE[dtype]
     per = dG.T @ h + ((N + 1) * t.u_c + 2 * 2.0 ** -t.precision) * mag
@@ -367,8 +378,7 @@ def lce_weight_grad_sum_bound(dtype, G, tol_G, p, D, scale, s, h, N, V):
 def lce_grad_bounds(dtype, G, dG, W, Hd, N, V):
     """Bounds on d hidden = G W, d weight = G^T hidden and d bias = the column sums of G, formed
     from the kernel's own d logits G~ with |G~ - G| <= dG (G the FP64 d logits at the FP64
-    logits; dG: the cross-entropy backward's bound plus the logits' error carried into p, as in
-    lce_weight_grad_sum_bound). G~ may be rounded to the dtype before the products: 2**-p (|G| +
+    logits; dG: lce_dlogits_error). G~ may be rounded to the dtype before the products: 2**-p (|G| +
     dG) more, and sigma, half the dtype's smallest subnormal, where it is subnormal there; so
     dG' = dG + 2**-p (|G| + dG) + sigma. Each product is a dot product of length V (d hidden) or N
     (d weight, d bias) in any order at the compute precision, (L + 1) u_c of the sum of |terms|

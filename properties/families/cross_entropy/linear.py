@@ -271,6 +271,13 @@ def lce_rows_split_recombine(case, target):
                  f"rows split at {k} and recombined ({red}) != one call", only=only)
 
 
+def _dlogits_error(case, hidden, weight, bias, z, t, dl, tol_G):
+    """bounds.lce_dlogits_error for the case: its logits' error, logit scale and rows' scales."""
+    scale = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction).abs()[..., None]
+    return B.lce_dlogits_error(tol_G, z, B.lce_logits_error(case.dtype, hidden, weight, bias, z), case.logit_scale,
+                               scale)
+
+
 _GRAD_SETS = (("hidden", "weight", "bias"), ("hidden",), ("weight",), ("bias",))
 
 
@@ -298,11 +305,7 @@ def lce_gradients_match_oracle(case, target):
     view = dataclasses.replace(case.ce_view(), op="cross_entropy_backward")
     G, tolG = ce_truth(view, [z, t, dl])
     assume(bool(torch.isfinite(G).all()))
-    s = abs(float(case.logit_scale))
-    D = (B.lce_logits_error(case.dtype, hidden, weight, bias, z).amax(-1) * s)[..., None]
-    p = torch.softmax(z * float(case.logit_scale), -1)
-    sc = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction).abs()[..., None]
-    dG = torch.nan_to_num(tolG, nan=0.0) + p * torch.expm1(2 * D) * sc * s
+    dG = _dlogits_error(case, hidden, weight, bias, z, t, dl, tolG)
     W64, H64 = weight.detach().double(), hidden.detach().double()
     refs = dict(hidden=G @ W64, weight=G.T @ H64, bias=G.sum(0))
     eps = B.lce_grad_bounds(case.dtype, G, dG, W64.abs(), H64.abs(), case.N, case.V)
@@ -373,11 +376,8 @@ def lce_weight_grad_sums_to_zero(case, target):
     z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
     view = dataclasses.replace(case.ce_view(), op="cross_entropy_backward")
     G, tolG = ce_truth(view, [z, t, dl])
-    s = abs(float(case.logit_scale))
-    D = (B.lce_logits_error(case.dtype, hidden, weight, bias, z).amax(-1) * s)[..., None]
-    p = torch.softmax(z * float(case.logit_scale), -1)
-    sc = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction).abs()[..., None]
-    tol = B.lce_weight_grad_sum_bound(case.dtype, G, tolG, p, D, sc, s, hidden.detach().double().abs(), case.N, case.V)
+    dG = _dlogits_error(case, hidden, weight, bias, z, t, dl, tolG)
+    tol = B.lce_weight_grad_sum_bound(case.dtype, G, dG, hidden.detach().double().abs(), case.N, case.V)
     ok = torch.isfinite(G).all()
     assume(bool(ok))
     assert_close(case, target, total, torch.zeros_like(total), torch.nan_to_num(tol, nan=0.0, posinf=math.inf),
