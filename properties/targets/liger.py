@@ -43,9 +43,9 @@ Declared refusals (``NotImplementedError``, the only ``SUITE_REFUSALS``), each f
 * softmax and its backward with rows longer than 65,536: ``liger_kernel.ops.utils.
   calculate_settings`` raises "Cannot launch Triton kernel since n = ... exceeds the recommended
   Triton blocksize = 65536" (a whole row is one block).
-* cross-entropy (and the fused linear cross-entropy) in float64: the kernel casts every logit to float32 ("Ensure float32 precision
-  for softmax calculation") and liger's dtype table (``liger_kernel.ops.utils.
-  torch_to_triton_dtype``) lists float32, float16 and bfloat16 only.
+* cross-entropy (and the fused linear cross-entropy) in float64: the kernel casts every logit to
+  float32 ("Ensure float32 precision for softmax calculation") and liger's dtype table
+  (``liger_kernel.ops.utils.torch_to_triton_dtype``) lists float32, float16 and bfloat16 only.
 
 Anything else liger raises (its out-of-range-target ``assert`` included, which the suite's
 ``ce_out_of_range_target_raises`` law accepts as a Python exception naming the target) and any

@@ -7,6 +7,12 @@ written by nobody here, calibrating the default tier like torch eager does.
 Each function is compiled once with ``dynamic=True`` (one graph serves every shape; dynamo's
 recompile limit is raised so that dtypes, layouts and the ``dim=`` argument still compile rather
 than fall back to eager). Meant for a GPU: on a CPU inductor generates C++ and needs a compiler.
+
+``attention`` / ``attention_backward`` are FlexAttention (``torch.nn.attention.flex_attention``,
+compiled: inductor's generated Triton attention, forward and backward), with the suite's causal
+alignment (bottom-right), windows, softcap and grouped heads mapped to its own mechanisms (the
+section below). FlexAttention's limits are the target's declared refusals (NotImplementedError):
+head dimensions under 16, float64 on CUDA, empty sequences, the backward on a CPU.
 """
 from __future__ import annotations
 
@@ -15,8 +21,7 @@ import torch._dynamo
 
 from . import torch as _eager
 
-# FlexAttention's limits (below): empty sequences, and its backward on a CPU
-SUITE_REFUSALS = (NotImplementedError,)
+SUITE_REFUSALS = (NotImplementedError,)  # FlexAttention's limits only (_flex_limits)
 torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
 if hasattr(torch._dynamo.config, "accumulated_cache_size_limit"):
     torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 4096)
