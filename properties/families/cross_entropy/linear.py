@@ -278,57 +278,42 @@ def _dlogits_error(case, hidden, weight, bias, z, t, dl, tol_G):
                                scale)
 
 
-_GRAD_SETS = (("hidden", "weight", "bias"), ("hidden",), ("weight",), ("bias",))
-
-
 @invariant(linear)
 def lce_gradients_match_oracle(case, target):
     """d hidden, d weight and d bias (autograd, a cotangent seeded by the case) equal the FP64
     chain rule (oracles.linear_cross_entropy.linear_cross_entropy_backward: d logits G at the FP64
     logits, then G weight, G^T hidden, the column sums of G) within bounds.lce_grad_bounds, and
-    the same whichever inputs require grad: all of them, or each alone. A fused kernel that forms
-    a gradient only when another input requires grad (d weight only if hidden does: a frozen
-    backbone under a trained output layer gets no gradient), drops a tail chunk's rows from d
-    weight, or accumulates d weight over chunks in a 16-bit dtype fails here. Without z-loss and
-    softcap (G's error from the logits' error is bounded through p alone, as in
-    lce_weight_grad_sums_to_zero); rows with a finite G. Tier default: a training step's
-    gradients, and partly frozen models, are the op's purpose."""
+    the same when only one input requires grad (hidden, weight or bias, chosen by the case). A
+    fused kernel that forms a gradient only when another input requires grad (d weight only if
+    hidden does: a frozen backbone under a trained output layer gets no gradient), drops a tail
+    chunk's rows from d hidden, or accumulates d weight over chunks in a 16-bit dtype fails here.
+    Without z-loss and softcap (G's error from the logits' error is bounded through p alone,
+    bounds.lce_dlogits_error); rows with a finite G. Tier default: a training step's gradients,
+    and partly frozen models, are the op's purpose."""
     assume(case.z_loss == 0 and case.softcap is None and case.N > 0)
-    from ...invariants.generic import _seeded, _seeded_code
+    from ...invariants.generic import _seed
     hidden, weight, t = case.tensors(target.device)
     bias = case.bias_tensor(target.device)
-    z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
-    shape = (case.N,) if case.reduction == "none" else ()
-    probe = op_call(case, target, hidden, weight, t)
-    dl = _seeded(case, "lce_dloss", shape, probe.dtype, probe.device)
-    dl_code = _seeded_code(case, "lce_dloss", shape, probe.dtype)
-    view = dataclasses.replace(case.ce_view(), op="cross_entropy_backward")
-    G, tolG = ce_truth(view, [z, t, dl])
-    assume(bool(torch.isfinite(G).all()))
-    dG = _dlogits_error(case, hidden, weight, bias, z, t, dl, tolG)
-    W64, H64 = weight.detach().double(), hidden.detach().double()
-    refs = dict(hidden=G @ W64, weight=G.T @ H64, bias=G.sum(0))
-    eps = B.lce_grad_bounds(case.dtype, G, dG, W64.abs(), H64.abs(), case.N, case.V)
-    tols = {n: tolerances.total_tolerance(e, refs[n], case.dtype, case.dtype)  # the final rounding
-            for n, e in zip(("hidden", "weight", "bias"), eps)}
     names = ("hidden", "weight") + (("bias",) if case.bias else ())
-    for wanted in _GRAD_SETS:
-        wanted = tuple(n for n in wanted if n in names)
-        if not wanted:
-            continue
+    alone = names[_seed(case, "grad_subset") % len(names)]
+    truth = None
+    for wanted in (names, (alone,)):
         leaves = dict(hidden=hidden.detach().clone(), weight=weight.detach().clone(),
                       bias=None if bias is None else bias.detach().clone())
         for n in wanted:
             leaves[n].requires_grad_(True)
         with torch.enable_grad():
             out = op_call(case, target, leaves["hidden"], leaves["weight"], t, bias=leaves["bias"])
-        which = " and ".join(wanted) + (" (only)" if len(wanted) < len(names) else "")
-        call = ("\n".join(f"{'b' if n == 'bias' else n}.requires_grad_(True)" for n in wanted)
-                + f"\n{case.call_code()}\ndl = {dl_code}\n"
-                + f"grads = torch.autograd.grad(out, [{', '.join('b' if n == 'bias' else n for n in wanted)}], dl)")
-        if not (isinstance(out, torch.Tensor) and out.requires_grad):
-            if len(wanted) == len(names):
+        if truth is None:  # the first pass: every input requires grad
+            if not (isinstance(out, torch.Tensor) and out.requires_grad):
                 reject()  # a target whose op is not differentiable
+            truth = _grad_truth(case, hidden, weight, bias, t, out)
+        refs, tols, dl, dl_code = truth
+        which = " and ".join(wanted) + (" (only)" if len(wanted) < len(names) else "")
+        var = {"hidden": "hidden", "weight": "weight", "bias": "b"}
+        call = ("\n".join(f"{var[n]}.requires_grad_(True)" for n in wanted) + f"\n{case.call_code()}\n"
+                f"dl = {dl_code}\ngrads = torch.autograd.grad(out, [{', '.join(var[n] for n in wanted)}], dl)")
+        if not (isinstance(out, torch.Tensor) and out.requires_grad):
             fail(case, target, f"the loss does not require grad when {which} requires grad", call=call,
                  kind=WrongOutput)
         try:
@@ -340,6 +325,25 @@ def lce_gradients_match_oracle(case, target):
             assert_close(case, target, g, refs[n], tols[n], f"d {n}, with {which} requiring grad, differs from "
                          "the FP64 chain rule", call + f"\nout = grads[{k}]  # d {n}", dtype=case.dtype,
                          out_name=f"d {n}")
+
+
+def _grad_truth(case, hidden, weight, bias, t, out):
+    """For lce_gradients_match_oracle: the cotangent (seeded by the case, of out's shape and
+    dtype) and its code, and per input the FP64 gradient and its bound (rows with a finite G)."""
+    from ...invariants.generic import _seeded, _seeded_code
+    dl = _seeded(case, "lce_dloss", out.shape, out.dtype, out.device)
+    dl_code = _seeded_code(case, "lce_dloss", out.shape, out.dtype)
+    z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
+    view = dataclasses.replace(case.ce_view(), op="cross_entropy_backward")
+    G, tolG = ce_truth(view, [z, t, dl])
+    assume(bool(torch.isfinite(G).all()))
+    dG = _dlogits_error(case, hidden, weight, bias, z, t, dl, tolG)
+    W64, H64 = weight.detach().double(), hidden.detach().double()
+    refs = dict(hidden=G @ W64, weight=G.T @ H64, bias=G.sum(0))
+    eps = B.lce_grad_bounds(case.dtype, G, dG, W64.abs(), H64.abs(), case.N, case.V)
+    tols = {n: tolerances.total_tolerance(e, refs[n], case.dtype, case.dtype)  # the final rounding
+            for n, e in zip(("hidden", "weight", "bias"), eps)}
+    return refs, tols, dl, dl_code
 
 
 def draw_split(case) -> int:
