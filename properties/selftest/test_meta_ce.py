@@ -329,3 +329,16 @@ def test_a_float32_loss_of_16_bit_logits_passes_the_default_tier_only(dtype):
         ce_matches_oracle(case, wide(1.01))
     with pytest.raises(AssertionError, match="float32"), checking("ce_matches_oracle_strict", "strict"):
         check_oracle(case, wide(1.0), strict=True)
+
+
+def test_lce_weight_grad_sum_bound_admits_subnormal_16_bit_gradients():
+    """float16 hidden (2, 32) and weight (9, 32), targets [0, 0], mean, logit_scale 2**-20 (a
+    counterexample of the project's kernels under the gpu profile): d weight's elements are about
+    1e-7, subnormal in float16, where each rounding errs by up to half the smallest subnormal
+    (3e-8), not by a relative 2**-11; the vocabulary sum of nine of them missed a relative-only
+    bound (2.4e-7 against 1.6e-7)."""
+    from ..families.cross_entropy.linear import LCECase, lce_weight_grad_sums_to_zero, lce_gradients_match_oracle
+    case = LCECase("linear_cross_entropy", torch.float16, 2, 32, 9, 0, 1.0, False, CE.Targets((0, 0)), -100, "mean",
+                   0.0, logit_scale=2.0**-20)
+    lce_weight_grad_sums_to_zero(case, kernels_target())
+    lce_gradients_match_oracle(case, kernels_target())

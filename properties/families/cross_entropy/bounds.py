@@ -367,11 +367,14 @@ def lce_dlogits_error(tol_G, z, logits_err, logit_scale, grad_scale):
 def lce_weight_grad_sum_bound(dtype, G, dG, h, N, V):
     """|sum_j dW_jk| for dW = G^T hidden whose exact rows of G sum to zero: G_ij within dG
     (lce_dlogits_error), times |h_ik|; the product's length-N float32 sum and G and dW rounded to
-    the dtype, ((N + 1) u_c + 2 * 2**-p) sum_i |G_ij h_ik|; the float64 sum over the V rows,
-    (V + 1) 2**-53 sum_j |dW_jk|. h: |hidden|."""
+    the dtype, ((N + 1) u_c + 2 * 2**-p) sum_i |G_ij h_ik|, and dW_jk rounded to the dtype twice
+    (for dloss = 1, then scaled by dloss) where it is subnormal there, 2 sigma (sigma: half the
+    dtype's smallest subnormal; float16 dW of 1e-7 are subnormal); the float64 sum over the V
+    rows, (V + 1) 2**-53 sum_j |dW_jk|. h: |hidden|."""
     mag = G.abs().T @ h  # (V, H): sum_i |G_ij h_ik|
     t = TABLE[dtype]
-    per = dG.T @ h + ((N + 1) * t.u_c + 2 * 2.0 ** -t.precision) * mag
+    fi = torch.finfo(dtype)
+    per = dG.T @ h + ((N + 1) * t.u_c + 2 * 2.0 ** -t.precision) * mag + fi.tiny * fi.eps
     return per.sum(0) + (V + 1) * 2.0 ** -53 * (mag.sum(0) + per.sum(0))
 
 
