@@ -7,6 +7,13 @@ import torch
 from ...tolerances import ATOL_FTZ, TABLE, U_ORACLE, ulp
 
 
+def half_subnormal(dtype) -> float:
+    """Half the smallest subnormal of dtype: the most a rounding to dtype errs below its normal
+    range, where a relative 2**-p no longer bounds it (for float64 it rounds to 0 in the float64
+    arithmetic of the bounds)."""
+    return 0.5 * float(ulp(torch.zeros((), dtype=torch.float64, device="cpu"), dtype))
+
+
 # ----------------------------------------------------------------------------------------------
 # cross-entropy (per row i, target t, eps = label_smoothing, V classes, m the row max)
 # ----------------------------------------------------------------------------------------------
@@ -99,7 +106,7 @@ def ce_options_torch_grad_allowance(dtype, ref, p, d, J, W, sc, hot, eps):
     gy = ref / J; 3 eta W for the roundings below the normal range; smoothed, the two terms'
     cotangents rounded as ce_torch_grad_allowance's, times W."""
     u = 2.0 ** -TABLE[dtype].precision
-    eta = 0.5 * float(ulp(torch.zeros((), device="cpu"), dtype))
+    eta = half_subnormal(dtype)
     gy = ref.abs() / J.abs().clamp_min(1e-300)
     rnd, dg = _rounded_softmax_terms(dtype, p, d, sc, hot, eps)
     return J.abs() * (torch.nan_to_num(W * rnd, nan=0.0) + 3 * u * torch.nan_to_num(gy, posinf=0.0) + 3 * eta * W
@@ -115,7 +122,7 @@ def _rounded_softmax_terms(dtype, p, d, scale, hot, eps):
     if not eps > 0:
         return rnd, 0.0
     terms = ((1 - eps) * hot + eps / p.shape[-1]) * scale.abs()[..., None]
-    eta = 0.5 * float(ulp(torch.zeros((), device="cpu"), dtype))
+    eta = half_subnormal(dtype)
     dg = 2 * u * terms + (2 + hot) * eta
     return rnd, dg + p * dg.sum(-1, keepdim=True)
 
@@ -373,8 +380,7 @@ def lce_weight_grad_sum_bound(dtype, G, dG, h, N, V):
     rows, (V + 1) 2**-53 sum_j |dW_jk|. h: |hidden|."""
     mag = G.abs().T @ h  # (V, H): sum_i |G_ij h_ik|
     t = TABLE[dtype]
-    fi = torch.finfo(dtype)
-    per = dG.T @ h + ((N + 1) * t.u_c + 2 * 2.0 ** -t.precision) * mag + fi.tiny * fi.eps
+    per = dG.T @ h + ((N + 1) * t.u_c + 2 * 2.0 ** -t.precision) * mag + 2 * half_subnormal(dtype)
     return per.sum(0) + (V + 1) * 2.0 ** -53 * (mag.sum(0) + per.sum(0))
 
 
@@ -393,8 +399,7 @@ def lce_grad_bounds(dtype, G, dG, W, Hd, N, V):
     (tol_dh, tol_dw, tol_db)."""
     t = TABLE[dtype]
     r = 2.0 ** -t.precision
-    fi = torch.finfo(dtype)
-    sigma = fi.tiny * fi.eps / 2
+    sigma = half_subnormal(dtype)
     dG = torch.nan_to_num(dG, nan=0.0)
     dG1 = dG + r * (G.abs() + dG) + sigma
     A = G.abs() + dG1
