@@ -271,11 +271,15 @@ def lce_rows_split_recombine(case, target):
                  f"rows split at {k} and recombined ({red}) != one call", only=only)
 
 
-def _dlogits_error(case, hidden, weight, bias, z, t, dl, tol_G):
-    """bounds.lce_dlogits_error for the case: its logits' error, logit scale and rows' scales."""
+def _dlogits(case, hidden, weight, bias, t, dl):
+    """The FP64 d logits G for the cotangent dl (the cross-entropy backward's truth at the FP64
+    logits) and bounds.lce_dlogits_error of the d logits a kernel forms from its own logits."""
+    z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
+    G, tol_G = ce_truth(dataclasses.replace(case.ce_view(), op="cross_entropy_backward"), [z, t, dl])
     scale = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction).abs()[..., None]
-    return B.lce_dlogits_error(tol_G, z, B.lce_logits_error(case.dtype, hidden, weight, bias, z), case.logit_scale,
-                               scale)
+    dG = B.lce_dlogits_error(tol_G, z, B.lce_logits_error(case.dtype, hidden, weight, bias, z), case.logit_scale,
+                             scale)
+    return G, dG
 
 
 @invariant(linear)
@@ -296,6 +300,7 @@ def lce_gradients_match_oracle(case, target):
     bias = case.bias_tensor(target.device)
     names = ("hidden", "weight") + (("bias",) if case.bias else ())
     alone = names[_seed(case, "grad_subset") % len(names)]
+    var = {"hidden": "hidden", "weight": "weight", "bias": "b"}  # their names in the reproducer
     truth = None
     for wanted in (names, (alone,)):
         leaves = dict(hidden=hidden.detach().clone(), weight=weight.detach().clone(),
@@ -310,7 +315,6 @@ def lce_gradients_match_oracle(case, target):
             truth = _grad_truth(case, hidden, weight, bias, t, out)
         refs, tols, dl, dl_code = truth
         which = " and ".join(wanted) + (" (only)" if len(wanted) < len(names) else "")
-        var = {"hidden": "hidden", "weight": "weight", "bias": "b"}
         call = ("\n".join(f"{var[n]}.requires_grad_(True)" for n in wanted) + f"\n{case.call_code()}\n"
                 f"dl = {dl_code}\ngrads = torch.autograd.grad(out, [{', '.join(var[n] for n in wanted)}], dl)")
         if not (isinstance(out, torch.Tensor) and out.requires_grad):
@@ -333,11 +337,8 @@ def _grad_truth(case, hidden, weight, bias, t, out):
     from ...invariants.generic import _seeded, _seeded_code
     dl = _seeded(case, "lce_dloss", out.shape, out.dtype, out.device)
     dl_code = _seeded_code(case, "lce_dloss", out.shape, out.dtype)
-    z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
-    view = dataclasses.replace(case.ce_view(), op="cross_entropy_backward")
-    G, tolG = ce_truth(view, [z, t, dl])
+    G, dG = _dlogits(case, hidden, weight, bias, t, dl)
     assume(bool(torch.isfinite(G).all()))
-    dG = _dlogits_error(case, hidden, weight, bias, z, t, dl, tolG)
     W64, H64 = weight.detach().double(), hidden.detach().double()
     refs = dict(hidden=G @ W64, weight=G.T @ H64, bias=G.sum(0))
     eps = B.lce_grad_bounds(case.dtype, G, dG, W64.abs(), H64.abs(), case.N, case.V)
@@ -377,10 +378,7 @@ def lce_weight_grad_sums_to_zero(case, target):
     (dw,) = torch.autograd.grad(out, w, dl)
     total = dw.double().sum(0)
     bias = case.kwargs().get("bias")
-    z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
-    view = dataclasses.replace(case.ce_view(), op="cross_entropy_backward")
-    G, tolG = ce_truth(view, [z, t, dl])
-    dG = _dlogits_error(case, hidden, weight, bias, z, t, dl, tolG)
+    G, dG = _dlogits(case, hidden, weight, bias, t, dl)
     tol = B.lce_weight_grad_sum_bound(case.dtype, G, dG, hidden.detach().double().abs(), case.N, case.V)
     ok = torch.isfinite(G).all()
     assume(bool(ok))
