@@ -149,7 +149,10 @@ def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index=-100
         float_tensor("bias", bias)
         if tuple(bias.shape) != (weight.shape[0],):
             raise ValueError(f"bias must be (V,) = ({weight.shape[0]},), got {tuple(bias.shape)}")
-    V, batch = ce_args(hidden.new_empty(hidden.shape[:-1] + (weight.shape[0],)), target, reduction, label_smoothing)
+    # the logits' shape and dtype for the checks, on the meta device: the fused op's point is that
+    # the (N, V) logits are never allocated
+    logits = torch.empty(hidden.shape[:-1] + (weight.shape[0],), dtype=hidden.dtype, device="meta")
+    V, batch = ce_args(logits, target, reduction, label_smoothing)
     _check_ce_dtype(hidden)
     h, t = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
     opts = _ce_options(None, z_loss, softcap)
