@@ -112,8 +112,7 @@ def _flex_limits(q, k, v, backward=False):
 
 
 def attention(q, k, v, *, causal=False, scale=None, window=None, softcap=None):
-    B, Hq, Lq, D = q.shape
-    Lk = k.shape[2]
+    Hq, Lq, Lk = q.shape[1], q.shape[2], k.shape[2]
     _flex_limits(q, k, v, backward=q.requires_grad or k.requires_grad or v.requires_grad)
     score_mod = None
     if softcap is not None:
