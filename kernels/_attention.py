@@ -582,9 +582,9 @@ def fwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
 
 
 def bwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
-    """(BLOCK_M1, BLOCK_N1, BLOCK_M2, BLOCK_N2, num_warps, num_stages) of the backward: the dk/dv
-    kernel's query and key blocks, then the dq kernel's (kernels/tuning.py; ATTN_KERNELS_BWD
-    overrides)."""
+    """(BLOCK_M1, BLOCK_N1, num_warps1, num_stages1, BLOCK_M2, BLOCK_N2, num_warps2, num_stages2)
+    of the backward: the dk/dv kernel's query and key blocks and launch shape, then the dq
+    kernel's (kernels/tuning.py; ATTN_KERNELS_BWD overrides)."""
     env = L.knob("ATTN_KERNELS_BWD")
     if env:
         return tuple(int(x) for x in env.split("/"))
@@ -599,7 +599,7 @@ def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) ->
     backward: each block size and its double (for the strategies to aim at, +-1)."""
     f = fwd_config(dtype, head_dim, head_dim)
     b = bwd_config(dtype, head_dim, head_dim)
-    sizes = {f[0], f[1], b[0], b[1], b[2], b[3]}
+    sizes = {f[0], f[1], b[0], b[1], b[4], b[5]}
     return sorted(sizes | {2 * s for s in sizes})
 
 
@@ -717,7 +717,7 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     _launch(_attn_delta_kernel, (triton.cdiv(n_rows, br),),
             (o, do, dl, delta, n_rows, Hq, Lq, Dv, *o.stride(), *do.stride(), 1),
             dict(F64=F64, HAS_DLSE=has_dlse, BLOCK_R=br, BLOCK_DV=bdv), 4, 1)
-    bm1, bn1, bm2, bn2, warps, stages = bwd_config(q.dtype, D, Dv)
+    bm1, bn1, warps1, stages1, bm2, bn2, warps2, stages2 = bwd_config(q.dtype, D, Dv)
     bd = bdv = _head_block(D, Dv)
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, do, dq, dk, dv), D, Dv, bd, bdv)
@@ -728,10 +728,10 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
     _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
             (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
-            dict(const, BLOCK_M=bm1, BLOCK_N=bn1), warps, stages)
+            dict(const, BLOCK_M=bm1, BLOCK_N=bn1), warps1, stages1)
     _launch(_attn_bwd_dq_kernel, _grid(triton.cdiv(Lq, bm2), B * Hq),
             (q, k, v, do, lse, delta, dq, dv, *common, *dq.stride(), *dv.stride(), *ints),
-            dict(const, BLOCK_M=bm2, BLOCK_N=bn2), warps, stages)
+            dict(const, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
     return dq, dk, dv
 
 

@@ -96,23 +96,36 @@ CE_MAX_ROWS_PER_PROGRAM_INTERPRETER = 512  # ... under the interpreter, in tiles
 CE_PROGRAMS_PER_SM = 4  # rows are split across programs only below ~4 programs per SM
 CE_PER_WARP = 512  # one warp per 512 elements, 4 to 16 warps (16 warps / 8192 columns took 63 registers: backward 0.83-0.86)
 
+# fused linear cross-entropy (kernels/_linear_cross_entropy.py: chunk_rows). Each chunk of R rows
+# reads and writes the float32 d weight accumulator (8 V H bytes) against 6 R V H FLOPs of its
+# three matmuls: at the H200's ~700 TFLOP/s of bf16 matmul and ~4.5 TB/s, about 155 FLOP per byte,
+# that traffic costs ~207 / R of the matmuls' time (0.8x at R = 256, 0.1x at 2048). Measured, a
+# bf16 step at N 8192, H 4096, V 128,256: R 256 79.4 ms, 1024 46.1, 2048 43.7, 4096 43.2 (docs/results.md)
+LCE_MIN_CHUNK_ROWS = 2048  # rows per chunk at least, while the chunk's logits (R V s) stay within the accumulator's 4 V H
+
 # ----------------------------------------------------------------------------------------------
 # attention (kernels/_attention.py: fwd_config, bwd_config). (BLOCK_M, BLOCK_N, num_warps,
-# num_stages) by the padded head dimension, the known-good shapes of Triton's fused-attention
-# tutorial and flash-attention 2 on Hopper (not yet swept here: ATTN_KERNELS_FWD / _BWD override)
+# num_stages) by the padded head dimension. 16-bit at head dimensions 64 and 128: the best of
+# `python benchmarks/sweep_attention.py` on an H200 (bf16, L 4096, 30 forward, 48 dk/dv and 40 dq
+# candidates each, docs/results.md); the other dtypes and 256: Triton's fused-attention tutorial
+# and flash-attention 2 shapes on Hopper, not swept (ATTN_KERNELS_FWD / _BWD override)
 # ----------------------------------------------------------------------------------------------
-ATTN_FWD_16 = {64: (128, 64, 4, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)}  # 16-bit, head dim up to the key; q tile held in registers
+ATTN_FWD_16 = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)}  # D 64: 1.39 ms against 1.52 with 4 warps
 ATTN_FWD_32 = {64: (64, 32, 4, 2), 128: (64, 32, 4, 2), 256: (32, 32, 4, 1)}  # float32: ieee dots, tiles twice the bytes
 ATTN_FWD_64 = {64: (32, 32, 4, 1), 128: (32, 16, 4, 1), 256: (16, 16, 4, 1)}  # float64: no tensor cores, registers bound the tile
-# backward: (BLOCK_M1, BLOCK_N1) of the dk/dv kernel (a key block held, query blocks streamed),
-# (BLOCK_M2, BLOCK_N2) of the dq kernel (a query block held, key blocks streamed), num_warps, num_stages
-ATTN_BWD_16 = {64: (32, 128, 128, 32, 4, 3), 128: (32, 128, 128, 32, 8, 2), 256: (16, 64, 64, 16, 8, 1)}
-ATTN_BWD_32 = {64: (16, 64, 64, 16, 4, 2), 128: (16, 64, 64, 16, 4, 1), 256: (16, 32, 32, 16, 4, 1)}
-ATTN_BWD_64 = {64: (16, 32, 32, 16, 4, 1), 128: (16, 32, 32, 16, 4, 1), 256: (16, 16, 16, 16, 4, 1)}
+# backward: (BLOCK_M1, BLOCK_N1, num_warps, num_stages) of the dk/dv kernel (a key block held,
+# query blocks streamed), then (BLOCK_M2, BLOCK_N2, num_warps, num_stages) of the dq kernel (a
+# query block held, key blocks streamed): two kernels, each its own launch shape. 16-bit, the
+# backward at L 4096 against the tutorial's shapes (32 x 128 / 128 x 32, one launch shape):
+# D 64 5.77 -> 5.52 ms (dk/dv) and -> 5.68 (dq); D 128 5.88 -> 5.26 and -> 4.97
+ATTN_BWD_16 = {64: (32, 64, 4, 3, 64, 32, 4, 4), 128: (32, 64, 4, 3, 64, 32, 4, 5),
+               256: (16, 64, 8, 1, 64, 16, 8, 1)}
+ATTN_BWD_32 = {64: (16, 64, 4, 2, 64, 16, 4, 2), 128: (16, 64, 4, 1, 64, 16, 4, 1), 256: (16, 32, 4, 1, 32, 16, 4, 1)}
+ATTN_BWD_64 = {64: (16, 32, 4, 1, 32, 16, 4, 1), 128: (16, 32, 4, 1, 32, 16, 4, 1), 256: (16, 16, 4, 1, 16, 16, 4, 1)}
 # under the interpreter: small, unequal tiles, so CPU runs reach multi-block rows, partial blocks
 # and the masked and unmasked loops on short sequences (its time goes per program and operation)
 ATTN_FWD_INTERPRETER = (32, 16, 4, 1)
-ATTN_BWD_INTERPRETER = (16, 32, 32, 16, 4, 1)
+ATTN_BWD_INTERPRETER = (16, 32, 4, 1, 32, 16, 4, 1)
 ATTN_DELTA_TILE = 2048  # delta = rowsum(o * do) of the backward's preprocess: elements per program
 
 # ----------------------------------------------------------------------------------------------
@@ -143,7 +156,8 @@ OVERRIDES = {
     "CE_KERNELS_NUM_WARPS": "cross-entropy warps per program",
     "CE_KERNELS_MIN_BLOCK": "cross-entropy narrowest tile on the GPU (a power of two >= 16)",
     "ATTN_KERNELS_FWD": "attention forward BLOCK_M/BLOCK_N/num_warps/num_stages, every head dimension",
-    "ATTN_KERNELS_BWD": "attention backward BLOCK_M1/BLOCK_N1/BLOCK_M2/BLOCK_N2/num_warps/num_stages",
+    "ATTN_KERNELS_BWD": "attention backward BLOCK_M1/BLOCK_N1/num_warps1/num_stages1/BLOCK_M2/BLOCK_N2/num_warps2/num_stages2 "
+                        "(dk/dv kernel, then dq kernel)",
     "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",
 }
 # read once, when the package is imported (an A/B switch of the launch path, not a launch shape)
