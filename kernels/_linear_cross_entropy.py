@@ -26,12 +26,16 @@ V H s, s the itemsize):
   + N (8 + 4) + 8 N [z-loss]    per-row losses (float64) and lse, the z terms
   + V 4                         float32 accumulator of d bias (with a bias; float64 for float64)
 
-with R = chunk_rows(N, H, V) = the power of two at or above N / ceil(V / H), at most N: the
-chunk's logits are about as large as hidden (N H elements), liger-kernel's choice. At N = 8192,
-H = 4096, V = 262,144 in bfloat16: R = 128, 64 MiB of logits, plus the 4 GiB float32
-accumulator; torch's composition holds the whole logits and their gradient (4 GiB each) and
-more. LCE_KERNELS_CHUNK_ROWS overrides R (a tuning and testing knob); under Triton's interpreter
-R is at most 8, so CPU runs reach several chunks and a ragged last one on small shapes.
+with R = chunk_rows(N, H, V, s): the power of two at or above N / ceil(V / H) (the chunk's logits
+about as large as hidden, liger-kernel's choice) or, if larger, LCE_MIN_CHUNK_ROWS = 2048
+(kernels/tuning.py: the accumulator is read and written once per chunk, 8 V H bytes, which at R
+= 256 costs about as much time as the chunk's three matmuls and at 2048 a tenth), at most the
+power of two at or below 4 H / s (the chunk's logits never larger than the accumulator) and at
+most N. At N = 8192, H = 4096 in bfloat16: R = 2048, four chunks; at V = 262,144 the chunk's
+logits are 1 GiB next to the 4 GiB accumulator, where torch's composition holds the whole logits
+and their gradient (4 GiB each) and more. LCE_KERNELS_CHUNK_ROWS overrides R (a tuning and
+testing knob); under Triton's interpreter R is at most 8, so CPU runs reach several chunks and a
+ragged last one on small shapes.
 """
 from __future__ import annotations
 
@@ -40,17 +44,20 @@ import triton
 
 from . import _cross_entropy as _ce
 from . import _launch as L
+from . import tuning as T
 
 OP = "linear_cross_entropy"
 INTERPRETER_CHUNK_ROWS = 8
 
 
-def chunk_rows(N: int, H: int, V: int) -> int:
+def chunk_rows(N: int, H: int, V: int, itemsize: int) -> int:
     """Rows per chunk (module docstring)."""
     env = L.knob("LCE_KERNELS_CHUNK_ROWS")
     if env:
         return max(1, int(env))
     r = triton.next_power_of_2(max(1, triton.cdiv(N, triton.cdiv(V, max(H, 1)))))
+    cap = 1 << max(0, (4 * max(H, 1) // itemsize).bit_length() - 1)  # logits R V s <= 4 V H
+    r = max(r, min(T.LCE_MIN_CHUNK_ROWS, cap))
     if L.interpreting():
         r = min(r, INTERPRETER_CHUNK_ROWS)
     return max(1, min(r, N))
@@ -159,7 +166,7 @@ def forward(hidden, weight, target, bias, ignore_index: int, reduction: str, lab
     loss_rows = torch.empty(N, dtype=torch.float64, device=hidden.device)
     lz = torch.empty(N, dtype=torch.float64, device=hidden.device) if prep is not None and prep.flags & _ce.ZLOSS \
         else None
-    R = chunk_rows(N, H, V)
+    R = chunk_rows(N, H, V, hidden.element_size())
     n_chunks = triton.cdiv(N, R) if N else 0
     grads = _Grads(h2, weight, bias, n_chunks) if want_grad else None
     one = torch.ones((), dtype=torch.float32, device=hidden.device)
@@ -175,6 +182,7 @@ def forward(hidden, weight, target, bias, ignore_index: int, reduction: str, lab
             plan = _ce.BackwardPlan(logits, t[i0:i1], lse, ignore_index, reduction, label_smoothing, stats, prep)
             plan.run(one, out=logits)  # d logits in place of the logits
             grads.add(i0, i1, logits, h, weight)
+        logits = plan = None  # freed before the next chunk's are formed: one chunk's logits at a time
     loss = _ce._reduce_loss(loss_rows, target, ignore_index, reduction, hidden.dtype, stats, lz, prep)
     check.finish()
     if grads is None:
@@ -196,7 +204,7 @@ def backward_none(hidden, weight, target, bias, dloss, ignore_index: int, label_
     N = h2.shape[0]
     ct = _ce._compute_dtype(hidden.dtype)
     prep = None if opts is None else opts.prepare(target, ignore_index, V, ct, hidden.device)
-    R = chunk_rows(N, H, V)
+    R = chunk_rows(N, H, V, hidden.element_size())
     grads = _Grads(h2, weight, bias, triton.cdiv(N, R) if N else 0)
     for i0 in range(0, N, R):
         i1 = min(N, i0 + R)
@@ -206,6 +214,7 @@ def backward_none(hidden, weight, target, bias, dloss, ignore_index: int, label_
         plan = _ce.BackwardPlan(logits, t[i0:i1], lse, ignore_index, "none", label_smoothing, None, prep)
         plan.run(dl_rows[i0:i1], out=logits)
         grads.add(i0, i1, logits, h, weight)
+        logits = plan = None  # one chunk's logits at a time
     dh, dw, db = grads.finish(weight, bias)
     return (dh.reshape(hidden.shape) if need_dh else None, dw if need_dw else None, db if need_db else None)
 
