@@ -342,3 +342,75 @@ def test_lce_weight_grad_sum_bound_admits_subnormal_16_bit_gradients():
                    0.0, logit_scale=2.0**-20)
     lce_weight_grad_sums_to_zero(case, kernels_target())
     lce_gradients_match_oracle(case, kernels_target())
+
+
+def _lce_dy_dz(z, t, dl, options, reduction, eps):
+    """(y, J, dy, G): the transformed logits, dy/dz, d loss / d y and d loss / d z (FP64 oracle)."""
+    sc, s, zl = options.get("softcap"), options.get("logit_scale", 1.0), options.get("z_loss", 0.0)
+    y = oracles.ce.transform(z, sc, s)
+    J = oracles.ce.transform_grad(z, sc, s)
+    dy = oracles.ce.cross_entropy_backward(y, t, dl, -100, reduction, eps, z_loss=zl)
+    G = oracles.ce.cross_entropy_backward(z, t, dl, -100, reduction, eps, **options)
+    return y, J, dy, G
+
+
+
+def _lce_perturbed(N, V, seed, mag, rel, options, reduction, eps):
+    """(bound, plain, fp64, errors): bounds.lce_dlogits_error's part that carries a logits error
+    e (tol_G = 0), the same without the z-loss and softcap terms (g p r |s|), the FP64 d logits'
+    own rounding (a few dozen ulps of the two), and |G(z + d) - G(z)| for perturbations d of e at
+    its corners (d = +-e: all of one sign, and random signs) and inside."""
+    from ..families.cross_entropy import bounds as B
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(N, V, generator=g, dtype=torch.float64) * mag
+    t = torch.randint(0, V, (N,), generator=g)
+    dl = torch.rand(N if reduction == "none" else (), generator=g, dtype=torch.float64) + 0.5
+    e = torch.rand(N, V, generator=g, dtype=torch.float64) * rel
+    y, J, dy, G = _lce_dy_dz(z, t, dl, options, reduction, eps)
+    scale = oracles.ce.grad_scale(t, dl, -100, reduction).abs()[..., None]
+    bound = B.lce_dlogits_error(torch.zeros_like(z), y, J, dy if "softcap" in options else None, e, scale,
+                                options.get("z_loss", 0.0), options.get("softcap"), options.get("logit_scale", 1.0))
+    s = abs(options.get("logit_scale", 1.0))
+    plain = scale * torch.softmax(y, -1) * torch.expm1(2 * s * e.amax(-1, keepdim=True)) * s
+    ds = [torch.ones_like(e), -torch.ones_like(e)] + [torch.randint(0, 2, e.shape, generator=g) * 2.0 - 1
+                                                      for _ in range(6)]
+    ds += [torch.rand(e.shape, generator=g, dtype=torch.float64) * 2 - 1 for _ in range(4)]
+    errs, fp64 = [], []
+    for d in ds:
+        Gp = _lce_dy_dz(z + d * e, t, dl, options, reduction, eps)[3]
+        errs.append((Gp - G).abs())
+        fp64.append(2.0**-47 * (G.abs() + Gp.abs()))
+    return bound, plain, fp64, errs
+
+
+_LCE_OPTIONS = [{}, {"z_loss": 0.3}, {"z_loss": 2.0}, {"softcap": 3.0}, {"softcap": 15.0, "logit_scale": 2.0},
+                {"softcap": 5.0, "z_loss": 1.0}, {"logit_scale": 0.5, "z_loss": 0.01}]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 12), st.integers(0, 2**16), st.sampled_from([1.0, 5.0, 30.0]),
+       st.sampled_from([1e-3, 0.03, 0.3]), st.sampled_from(_LCE_OPTIONS), st.sampled_from(["mean", "sum", "none"]),
+       st.sampled_from([0.0, 0.1]))
+def test_lce_dlogits_bound_covers_the_d_logits_at_perturbed_logits(N, V, seed, mag, rel, options, reduction, eps):
+    """The part of bounds.lce_dlogits_error that carries the logits' error bounds |G(z + d) - G(z)|
+    for every perturbation |d_j| <= e_j, G the FP64 d logits with the options (_lce_perturbed's
+    corners and inner points), up to the FP64 oracle's own rounding. Perturbations of up to a few
+    tenths keep the check away from first order."""
+    bound, _, fp64, errs = _lce_perturbed(N, V, seed, mag, rel, options, reduction, eps)
+    for err, f in zip(errs, fp64):
+        i = int((err - bound - f).argmax())
+        assert bool((err <= bound + f).all()), \
+            f"|G(z + d) - G(z)| = {err.flatten()[i].item():.3g} past the bound {bound.flatten()[i].item():.3g}"
+
+
+@pytest.mark.parametrize("options", [o for o in _LCE_OPTIONS if o.get("z_loss", 0) >= 0.3 or "softcap" in o],
+                         ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_lce_dlogits_bound_needs_its_z_loss_and_softcap_terms(options):
+    """With a z-loss of 0.3 or more, or a softcap, the d logits at some perturbed logits move past
+    the bound without those options' terms (g p r |s|, the bound before them), on logits of order
+    5 perturbed by up to 0.3: the terms are needed, not decoration."""
+    for seed in range(40):
+        _, plain, fp64, errs = _lce_perturbed(3, 6, seed, 5.0, 0.3, options, "mean", 0.0)
+        if any(bool((err > plain + f).any()) for err, f in zip(errs, fp64)):
+            return
+    pytest.fail(f"{options}: no perturbation moved the d logits past g p r |s|")

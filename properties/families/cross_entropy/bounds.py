@@ -357,18 +357,43 @@ def lce_split_bound(tol_whole, tol_a, tol_b, reduction, count):
     return tol_whole + (tol_a + tol_b) / count
 
 
-def lce_dlogits_error(tol_G, z, logits_err, logit_scale, grad_scale):
+# the largest |d/du sech(u)^2| = |2 sech(u)^2 tanh(u)|, at tanh(u)^2 = 1/3: 4 / (3 sqrt 3)
+SECH2_SLOPE = 4.0 / (3.0 * 3.0 ** 0.5)
+
+
+# the largest slope of sech(u)^2, |2 sech(u)^2 tanh(u)|, at tanh(u)^2 = 1/3: 4 / (3 sqrt 3)
+SECH2_SLOPE = 4.0 / (3.0 * 3.0 ** 0.5)
+
+
+def lce_dlogits_error(tol_G, y, J, dy, logits_err, grad_scale, z_loss=0.0, softcap=None, logit_scale=1.0):
     """|G~ - G| for the d logits G~ a kernel forms from its own logits, G the FP64 d logits at the
-    FP64 logits z, without z-loss and softcap: tol_G (the cross-entropy backward's bound at z)
-    plus the logits' error carried into p. The kernel's logits are within logits_err of z; times
-    |s| (the logit scale) each row's largest is D_i, which moves lse by at most D_i and each
-    p_ij = exp(s z_ij - lse_i) by p_ij expm1(2 D_i) (exact, not first order), times the row's
-    gradient scale and |s| (G_ij = scale_i s (p_ij - the one-hot and smoothing terms, which do
-    not depend on z))."""
+    FP64 logits z: tol_G (the cross-entropy backward's bound at z) plus the logits' error carried
+    through the backward (exact bounds, not first order). y = T(z) are the logits the loss sees
+    (s z, or c tanh(s z / c) with a softcap), J = T'(z), dy the FP64 d loss / d y (G = dy J), all
+    float64; the kernel's logits are within e_j = logits_err of z. T is |s|-Lipschitz, so y moves
+    by at most D = |s| max_j e_j per row, lse by at most D, and each p_j = exp(y_j - lse) by at
+    most p_j r, r = expm1(2 D). With the row's gradient scale g (no class weights: the
+    cross-entropy and z terms share it), dy_j = g (p_j (1 + 2 zl lse) - b_j), b_j (the one-hot and
+    smoothing terms) independent of z, so |dy~_j - dy_j| <= g p_j (r (|1 + 2 zl lse| + 2 |zl| D)
+    + 2 |zl| D) =: A_j. The chain rule multiplies by J: s, or s sech(s z / c)^2, whose slope in z
+    is at most s^2 SECH2_SLOPE / |c|, so |J~_j - J_j| <= K_j = min(|s|, s^2 SECH2_SLOPE e_j / |c|)
+    (0 without a softcap) and |J~_j| <= min(|s|, |J_j| + K_j); hence
+    |G~_j - G_j| <= A_j min(|s|, |J_j| + K_j) + |dy_j| K_j. Without z-loss and softcap this is
+    g p_j r |s|."""
     s = abs(float(logit_scale))
-    D = (logits_err.amax(-1) * s)[..., None]
-    p = torch.softmax(z * float(logit_scale), -1)
-    return torch.nan_to_num(tol_G, nan=0.0) + p * torch.expm1(2 * D) * grad_scale * s
+    zl = abs(float(z_loss))
+    D = (logits_err.amax(-1, keepdim=True) if y.shape[-1] else logits_err.sum(-1, keepdim=True)) * s
+    p = torch.softmax(y, -1)
+    r = torch.expm1(2 * D)
+    A = p * grad_scale * r
+    if zl:
+        lse = torch.logsumexp(y, -1, keepdim=True)
+        A = p * grad_scale * (r * ((1 + 2 * float(z_loss) * lse).abs() + 2 * zl * D) + 2 * zl * D)
+    tol = torch.nan_to_num(tol_G, nan=0.0)
+    if softcap is None:
+        return tol + A * s
+    K = torch.clamp(s * s * SECH2_SLOPE * logits_err / abs(float(softcap)), max=s)
+    return tol + A * torch.clamp(J.abs() + K, max=s) + dy.abs() * K
 
 
 def lce_weight_grad_sum_bound(dtype, G, dG, h, N, V):

@@ -273,12 +273,19 @@ def lce_rows_split_recombine(case, target):
 
 def _dlogits(case, hidden, weight, bias, t, dl):
     """The FP64 d logits G for the cotangent dl (the cross-entropy backward's truth at the FP64
-    logits) and bounds.lce_dlogits_error of the d logits a kernel forms from its own logits."""
+    logits, with the case's options) and bounds.lce_dlogits_error of the d logits a kernel forms
+    from its own logits."""
     z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
     G, tol_G = ce_truth(dataclasses.replace(case.ce_view(), op="cross_entropy_backward"), [z, t, dl])
     scale = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction).abs()[..., None]
-    dG = B.lce_dlogits_error(tol_G, z, B.lce_logits_error(case.dtype, hidden, weight, bias, z), case.logit_scale,
-                             scale)
+    y = oracles.ce.transform(z, case.softcap, case.logit_scale)
+    J = dy = None
+    if case.softcap is not None:  # d loss / d y, the d logits before the softcap's chain rule
+        J = oracles.ce.transform_grad(z, case.softcap, case.logit_scale)
+        dy = oracles.ce.cross_entropy_backward(y, t, dl, case.ignore_index, case.reduction, case.label_smoothing,
+                                               z_loss=case.z_loss)
+    dG = B.lce_dlogits_error(tol_G, y, J, dy, B.lce_logits_error(case.dtype, hidden, weight, bias, z), scale,
+                             case.z_loss, case.softcap, case.logit_scale)
     return G, dG
 
 
@@ -290,11 +297,12 @@ def lce_gradients_match_oracle(case, target):
     the same when only one input requires grad (hidden, weight or bias, chosen by the case). A
     fused kernel that forms a gradient only when another input requires grad (d weight only if
     hidden does: a frozen backbone under a trained output layer gets no gradient), drops a tail
-    chunk's rows from d hidden, or accumulates d weight over chunks in a 16-bit dtype fails here.
-    Without z-loss and softcap (G's error from the logits' error is bounded through p alone,
-    bounds.lce_dlogits_error); rows with a finite G. Tier default: a training step's gradients,
-    and partly frozen models, are the op's purpose."""
-    assume(case.z_loss == 0 and case.softcap is None and case.N > 0)
+    chunk's rows from d hidden, accumulates d weight over chunks in a 16-bit dtype, or leaves out
+    the z-loss term's or the softcap's share of the d logits fails here. Every option: the d
+    logits' error from the kernel's own logits is carried through p, lse and the softcap's
+    derivative (bounds.lce_dlogits_error); cases with a finite G. Tier default: a training step's
+    gradients, and partly frozen models, are the op's purpose."""
+    assume(case.N > 0)
     from ...invariants.generic import _seed
     hidden, weight, t = case.tensors(target.device)
     bias = case.bias_tensor(target.device)
