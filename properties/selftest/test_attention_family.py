@@ -1,7 +1,8 @@
-"""The attention family's plumbing: options a target lacks, the causal alignment it declares,
-and the autograd probe of an op of two outputs."""
+"""The attention family's plumbing: options a target lacks, the causal alignment and the empty
+rows' lse it declares, and the autograd probe of an op of two outputs."""
 from __future__ import annotations
 
+import math
 import types
 
 import pytest
@@ -102,6 +103,69 @@ def test_the_declared_alignment_reaches_the_cases():
             AS.alignment()
         AS.TARGET.module = None
         assert AS.alignment() == "bottom_right"
+    finally:
+        AS.TARGET.module = saved
+
+
+def _flash_empty_lse_module(declared: bool):
+    """The project's kernels with flash-attention's lse for a query without a key: +inf in the
+    forward's lse, and the backward taking it (mapped back to -inf for the kernels)."""
+    from softmax_properties import kernels
+
+    def attention(q, k, v, *, causal=False, scale=None, window=None, softcap=None):
+        o, lse = kernels.attention(q, k, v, causal=causal, scale=scale, window=window, softcap=softcap)
+        return o, lse.masked_fill(lse == -math.inf, math.inf)
+
+    def attention_backward(q, k, v, o, lse, do, **options):
+        return kernels.attention_backward(q, k, v, o, lse.masked_fill(lse == math.inf, -math.inf), do, **options)
+
+    extra = dict(ATTENTION_EMPTY_LSE=math.inf) if declared else {}
+    return _module("flash_empty_lse" + ("_declared" if declared else ""), attention=attention,
+                   attention_backward=attention_backward, **extra)
+
+
+def _empty_row_cases(empty_lse):
+    """A causal Lq > Lk case (its first Lq - Lk queries see no key) and an Lk = 0 case, each as
+    attention and as attention_backward."""
+    return [AttnCase(op, torch.float32, 1, 2, 1, Lq, Lk, 8, 8, seed=3, causal=causal, empty_lse=empty_lse)
+            for op in ("attention", "attention_backward") for Lq, Lk, causal in ((5, 3, True), (3, 0, False))]
+
+
+def test_a_declared_empty_lse_of_plus_inf_is_the_truth_and_the_backwards_input():
+    """flash-attention writes lse = +inf for a query without a key. Declared (ATTENTION_EMPTY_LSE =
+    math.inf), the laws ask it, and the explicit backward is given it; undeclared, the same
+    functions fail attention_empty_rows, whose message names the declaration, and the oracle law.
+    The project's kernels declaring +inf fail: the declaration is judged, not trusted."""
+    from ..failures import PropertyFailure
+    from .meta_support import DEV, kernels_target
+    flash = Target(_flash_empty_lse_module(True))
+    flash.device = DEV
+    for case in _empty_row_cases(math.inf):
+        for name in ("attention_empty_rows", "attention_matches_oracle", "zero_sum_vjps"):
+            if name != "zero_sum_vjps" or case.backward:
+                law(name).check(case, flash)
+    assert math.inf in case.tensors(DEV)[4] and "masked_fill(lse == -inf, inf)" in case.reproducer("m")
+    plain = Target(_flash_empty_lse_module(False))
+    plain.device = DEV
+    for case in _empty_row_cases(-math.inf)[:2]:
+        with pytest.raises(PropertyFailure, match="is \\[inf\\], expected -inf .*ATTENTION_EMPTY_LSE = math.inf"):
+            law("attention_empty_rows").check(case, plain)
+        with pytest.raises(PropertyFailure, match="lse"):
+            law("attention_matches_oracle").check(case, plain)
+    with pytest.raises(PropertyFailure, match="expected \\+inf, as declared"):
+        law("attention_empty_rows").check(_empty_row_cases(math.inf)[0], kernels_target())
+
+
+def test_the_declared_empty_lse_reaches_the_cases():
+    saved = AS.TARGET.module
+    try:
+        AS.TARGET.module = _flash_empty_lse_module(True)
+        assert AS.empty_lse() == math.inf
+        AS.TARGET.module = _module("bad", ATTENTION_EMPTY_LSE=0.0)
+        with pytest.raises(ValueError, match="ATTENTION_EMPTY_LSE must be -math.inf .* or math.inf, got 0.0"):
+            AS.empty_lse()
+        AS.TARGET.module = None
+        assert AS.empty_lse() == -math.inf
     finally:
         AS.TARGET.module = saved
 

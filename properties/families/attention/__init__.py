@@ -1,7 +1,8 @@
 """Attention: ``attention(q, k, v, *, causal, scale, window, softcap) -> (o, lse)`` and its explicit
 VJP ``attention_backward(q, k, v, o, lse, do, *, ...) -> (dq, dk, dv)`` (docs/contract.md), drawn as
 an AttnCase. The options are the spec's offered ones: a target offers those its function takes,
-and declares its causal alignment (``ATTENTION_CAUSAL_ALIGNMENT``, bottom-right by default).
+and declares its causal alignment (``ATTENTION_CAUSAL_ALIGNMENT``, bottom-right by default) and
+the lse of a query without a key (``ATTENTION_EMPTY_LSE``, -inf by default).
 
 * ``case.py``: AttnCase and its layouts; ``strategies.py``: attn_cases;
 * ``bounds.py``: the error bounds (their derivation); ``truth.py``: the FP64 truth of each output;

@@ -39,7 +39,9 @@ class AttnCase(OpCase):
     (``mags``: q, k, v, do), rounded to dtype; ``constant_keys``: every key of a head equal to its
     first (uniform weights). ``layouts``: one LAYOUTS key per tensor (q, k, v, do). Options: those
     whose value is not the default go into every call (``kwargs``); ``alignment``: the causal
-    alignment the target declares (the truth's, never passed)."""
+    alignment the target declares (the truth's, never passed); ``empty_lse``: the lse it declares
+    for a query that sees no key (-inf, or flash-attention's +inf), in the truth and in the lse a
+    backward is given."""
 
     op: str
     dtype: torch.dtype
@@ -59,6 +61,7 @@ class AttnCase(OpCase):
     window: object = None
     softcap: object = None
     alignment: str = "bottom_right"
+    empty_lse: float = -math.inf
 
     # ---- options
     def kwargs(self) -> dict:
@@ -74,6 +77,10 @@ class AttnCase(OpCase):
         """The options as the FP64 oracle takes them (the declared alignment included)."""
         return dict(causal=self.causal, scale=self.scale, window=self.window, softcap=self.softcap,
                     causal_alignment=self.alignment)
+
+    def declared_lse(self, lse: torch.Tensor) -> torch.Tensor:
+        """lse with the empty rows' -inf replaced by the declared empty_lse."""
+        return lse if self.empty_lse == -math.inf else lse.masked_fill(lse == -math.inf, self.empty_lse)
 
     @property
     def backward(self) -> bool:
@@ -129,6 +136,7 @@ class AttnCase(OpCase):
         if not self.backward:
             return [q, k, v]
         o, lse = self.forward64(device)
+        lse = self.declared_lse(lse)
         return [q, k, v, o.to(self.dtype), lse.to(lse_dtype(self.dtype)), self._laid_out("do", vals["do"])]
 
     def tensor_names(self) -> tuple:
@@ -140,7 +148,8 @@ class AttnCase(OpCase):
     def describe(self, device="cpu") -> str:
         ts = self.tensors(device)
         parts = [f"op={self.op}", f"dtype={str(self.dtype).replace('torch.', '')}",
-                 f"options: {self.kwargs()} (causal alignment {self.alignment})"]
+                 f"options: {self.kwargs()} (causal alignment {self.alignment}"
+                 + (", lse of a query without a key +inf)" if self.empty_lse != -math.inf else ")")]
         lays = dict(zip(("q", "k", "v", "do"), self.layouts))
         mags = dict(zip(("q", "k", "v", "do"), self.mags))
         for name, t in zip(self.tensor_names(), ts):
@@ -160,6 +169,8 @@ class AttnCase(OpCase):
             lines.append("from softmax_properties.oracles import sdpa  # the suite's FP64 attention: o, lse rounded")
             lines.append(f"o, lse = sdpa.attention(q, k, v, **{self.oracle_options()!r})")
             lines.append(f"o, lse = o.to(q.dtype), lse.to(torch.{str(lse_dtype(self.dtype)).replace('torch.', '')})")
+            if self.empty_lse != -math.inf:
+                lines.append("lse = lse.masked_fill(lse == -inf, inf)  # the declared ATTENTION_EMPTY_LSE")
         lines.append(call or self.call_code())
         lines.append("print(out)")
         return "\n".join(lines)

@@ -8,6 +8,7 @@ each head)."""
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 from hypothesis import strategies as st
@@ -42,6 +43,17 @@ def alignment() -> str:
     if a not in ("bottom_right", "top_left"):
         raise ValueError(f"ATTENTION_CAUSAL_ALIGNMENT must be 'bottom_right' or 'top_left', got {a!r}")
     return a
+
+
+def empty_lse() -> float:
+    """The lse the target returns for a query that sees no key (ATTENTION_EMPTY_LSE): -inf by
+    default, the natural log of an empty sum and the merges' empty state; +inf is
+    flash-attention's convention (its kernels write INFINITY where the row's sum is 0, so that
+    the backward's exp(s - lse) is 0 for every key without a test), a declaration, not a bug."""
+    v = getattr(TARGET.module, "ATTENTION_EMPTY_LSE", -math.inf)
+    if not (isinstance(v, (int, float)) and math.isinf(v)):
+        raise ValueError(f"ATTENTION_EMPTY_LSE must be -math.inf (the default) or math.inf, got {v!r}")
+    return float(v)
 
 
 @functools.lru_cache(maxsize=64)
@@ -135,7 +147,7 @@ def attn_cases(draw, op: str, options=True, empty=False, masked=False, unmasked=
         else:  # without a window, only an empty key set leaves a query no key
             Lk = 0
     return AttnCase(op, dtype, B, Hkv * G, Hkv, Lq, Lk, D, Dv, seed, mags, constant_keys, layouts, causal, scale,
-                    window, softcap, alignment())
+                    window, softcap, alignment(), empty_lse())
 
 
 def attn_case(draw, spec, families=None, max_cols=None):

@@ -11,8 +11,10 @@ from . import bounds
 
 
 def forward_truth(case, q, k, v, strict=False):
-    """(OutputTruth o, OutputTruth lse) of attention(q, k, v) with the case's options."""
+    """(OutputTruth o, OutputTruth lse) of attention(q, k, v) with the case's options; a query
+    without a key has the lse the target declares (case.empty_lse)."""
     o, lse = sdpa.attention(q, k, v, **case.oracle_options())
+    lse = case.declared_lse(lse)
     p = bounds.Pieces(case, q, k, v)
     eo, el = bounds.forward_eps(p, case.dtype, strict)
     dev = o.device
