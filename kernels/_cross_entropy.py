@@ -717,21 +717,23 @@ def _real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_options(logits, weight, z_loss, softcap, logit_scale, op: str) -> "Options | None":
+def check_options(logits, weight, z_loss, softcap, logit_scale, op: str, weight_name: str = "weight") -> "Options | None":
     """The optional terms validated (after check_args): None where every one is off, else the
-    Options the launchers take. No device work."""
+    Options the launchers take. No device work. weight_name: the class weights' argument name
+    in messages (the fused linear cross-entropy's is ce_weight)."""
     V = logits.shape[-1]
+    w = weight_name
     if weight is not None:
         if not isinstance(weight, torch.Tensor):
-            raise TypeError(f"{op}: weight must be None or a torch.Tensor of {V} class weights, "
+            raise TypeError(f"{op}: {w} must be None or a torch.Tensor of {V} class weights, "
                             f"got {type(weight).__name__}")
         if not weight.is_floating_point():
-            raise TypeError(f"{op}: weight.dtype must be a floating-point dtype, got {weight.dtype}")
+            raise TypeError(f"{op}: {w}.dtype must be a floating-point dtype, got {weight.dtype}")
         if tuple(weight.shape) != (V,):
-            raise ValueError(f"{op}: weight must have shape (V,) = ({V},), one weight per class, "
+            raise ValueError(f"{op}: {w} must have shape (V,) = ({V},), one weight per class, "
                              f"got {tuple(weight.shape)}")
         if weight.device != logits.device:
-            raise ValueError(f"{op}: logits and weight must be on the same device, got {logits.device} "
+            raise ValueError(f"{op}: logits and {w} must be on the same device, got {logits.device} "
                              f"and {weight.device}")
     if not _real(z_loss):
         raise TypeError(f"{op}: z_loss must be a float, got {type(z_loss).__name__}")

@@ -14,8 +14,9 @@ so the forward only computes the loss and the backward recomputes each chunk's l
 matmul per chunk) and runs the backward kernel with the rows' dloss.
 
 The loss is the reduction of all N per-row losses at once (the mean over the count of all
-non-ignored rows, not a mean of chunk means); the backward kernel of every chunk reads that
-count, so chunks compose exactly as one call on all rows would.
+non-ignored rows, or with class weights (ce_weight) over the sum of their w[t], not a mean of
+chunk means); the backward kernel of every chunk reads that divisor, formed once from the whole
+target, so chunks compose exactly as one call on all rows would.
 
 Peak extra memory (beyond the inputs and the returned gradients, d hidden N H s and d weight
 V H s, s the itemsize):
@@ -258,12 +259,15 @@ class LinearCrossEntropyFunction(torch.autograd.Function):
 
 
 def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index: int = -100, reduction: str = "mean",
-                         label_smoothing: float = 0.0, z_loss: float = 0.0, softcap=None, logit_scale: float = 1.0):
+                         label_smoothing: float = 0.0, ce_weight=None, z_loss: float = 0.0, softcap=None,
+                         logit_scale: float = 1.0):
     """cross_entropy(hidden @ weight.T + bias, target, ...) without the (N, V) logits in memory:
     hidden (..., H), weight (V, H), bias (V,) or None, all of one float dtype; target (...)
-    int32/int64. The options are cross_entropy's (class weights excepted). Differentiable in
-    hidden, weight and bias. The module docstring gives the chunking and its peak memory."""
+    int32/int64. The options are cross_entropy's, its class weights named ce_weight (V,) (weight
+    is the linear layer's): a weighted mean divides by the sum of w[t] over all counted rows, not
+    per chunk. Differentiable in hidden, weight and bias. The module docstring gives the chunking
+    and its peak memory."""
     check_args(hidden, weight, target, bias, ignore_index, reduction, label_smoothing)
-    opts = _ce.check_options(_stand_in(hidden, weight), None, z_loss, softcap, logit_scale, OP)
+    opts = _ce.check_options(_stand_in(hidden, weight), ce_weight, z_loss, softcap, logit_scale, OP, "ce_weight")
     return LinearCrossEntropyFunction.apply(hidden, weight, target, bias, ignore_index, reduction,
                                             float(label_smoothing), opts)

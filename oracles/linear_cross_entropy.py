@@ -21,18 +21,19 @@ def logits(hidden, weight, bias=None) -> torch.Tensor:
 
 
 def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index: int = -100, reduction: str = "mean",
-                         label_smoothing: float = 0.0, z_loss: float = 0.0, softcap=None,
+                         label_smoothing: float = 0.0, ce_weight=None, z_loss: float = 0.0, softcap=None,
                          logit_scale: float = 1.0) -> torch.Tensor:
+    """ce_weight: the cross-entropy's class weights (V,) (weight is the linear layer's)."""
     return ce.cross_entropy(logits(hidden, weight, bias), target, ignore_index, reduction, label_smoothing,
-                            None, z_loss, softcap, logit_scale)
+                            _f64(ce_weight), z_loss, softcap, logit_scale)
 
 
 def linear_cross_entropy_backward(hidden, weight, target, dloss, bias=None, ignore_index: int = -100,
-                                  reduction: str = "mean", label_smoothing: float = 0.0, z_loss: float = 0.0,
-                                  softcap=None, logit_scale: float = 1.0):
+                                  reduction: str = "mean", label_smoothing: float = 0.0, ce_weight=None,
+                                  z_loss: float = 0.0, softcap=None, logit_scale: float = 1.0):
     """(d hidden, d weight, d bias or None), float64."""
     g = ce.cross_entropy_backward(logits(hidden, weight, bias), target, dloss, ignore_index, reduction,
-                                  label_smoothing, None, z_loss, softcap, logit_scale)
+                                  label_smoothing, _f64(ce_weight), z_loss, softcap, logit_scale)
     H = hidden.shape[-1]
     g2 = g.reshape(-1, g.shape[-1])
     dh = (g2 @ _f64(weight)).reshape(*hidden.shape[:-1], H)

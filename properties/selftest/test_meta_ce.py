@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from softmax_properties import kernels
 from softmax_properties import oracles
@@ -85,6 +85,36 @@ def test_ce_rejects_bad_input():
             ce(x, t.cpu())
         with pytest.raises(ValueError, match=r"logits and dloss must be on the same device"):
             ceb(x, t, torch.ones(()))
+
+
+def test_lce_rejects_bad_input():
+    """linear_cross_entropy names the argument and what it expected, before any device work;
+    its class weights are ce_weight in every message (weight is the linear layer's)."""
+    lce = kernels.linear_cross_entropy
+    h, w, t = torch.randn(2, 4, device=DEV), torch.randn(3, 4, device=DEV), torch.tensor([0, 2], device=DEV)
+    with pytest.raises(ValueError, match=r"linear_cross_entropy: weight must be \(V, H\) with H = hidden.shape\[-1\] = 4, "
+                                         r"got shape \(3, 5\)"):
+        lce(h, torch.randn(3, 5, device=DEV), t)
+    with pytest.raises(ValueError, match=r"weight must be \(V, H\), got shape \(12,\)"):
+        lce(h, torch.randn(12, device=DEV), t)
+    with pytest.raises(TypeError, match=r"weight.dtype must be hidden's dtype torch.float32, got torch.float64"):
+        lce(h, w.double(), t)
+    with pytest.raises(ValueError, match=r"bias must have shape \(V,\) = \(3,\), got \(4,\)"):
+        lce(h, w, t, bias=torch.zeros(4, device=DEV))
+    with pytest.raises(TypeError, match=r"bias must be None or a torch.Tensor, got list"):
+        lce(h, w, t, bias=[0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match=r"target must have shape .*\(2,\).*got \(3,\)"):
+        lce(h, w, torch.tensor([0, 1, 2], device=DEV))
+    with pytest.raises(ValueError, match=r"ce_weight must have shape \(V,\) = \(3,\), one weight per class, got \(4,\)"):
+        lce(h, w, t, ce_weight=torch.ones(4, device=DEV))
+    with pytest.raises(TypeError, match=r"ce_weight must be None or a torch.Tensor of 3 class weights, got tuple"):
+        lce(h, w, t, ce_weight=(1.0, 1.0, 1.0))
+    with pytest.raises(TypeError, match=r"ce_weight.dtype must be a floating-point dtype, got torch.int64"):
+        lce(h, w, t, ce_weight=torch.ones(3, dtype=torch.int64, device=DEV))
+    with pytest.raises(ValueError, match=r"z_loss must be a finite float >= 0, got -1.0"):
+        lce(h, w, t, z_loss=-1.0)
+    with pytest.raises(ValueError, match=r"target\[1\] = 3 is out of range"):
+        lce(h, w, torch.tensor([0, 3], device=DEV))
 
 
 def test_ce_devices_differ_and_cpu_outside_interpreter(monkeypatch):
@@ -347,9 +377,10 @@ def test_lce_weight_grad_sum_bound_admits_subnormal_16_bit_gradients():
 def _lce_dy_dz(z, t, dl, options, reduction, eps):
     """(y, J, dy, G): the transformed logits, dy/dz, d loss / d y and d loss / d z (FP64 oracle)."""
     sc, s, zl = options.get("softcap"), options.get("logit_scale", 1.0), options.get("z_loss", 0.0)
+    w = options.get("weight")
     y = oracles.ce.transform(z, sc, s)
     J = oracles.ce.transform_grad(z, sc, s)
-    dy = oracles.ce.cross_entropy_backward(y, t, dl, -100, reduction, eps, z_loss=zl)
+    dy = oracles.ce.cross_entropy_backward(y, t, dl, -100, reduction, eps, w, z_loss=zl)
     G = oracles.ce.cross_entropy_backward(z, t, dl, -100, reduction, eps, **options)
     return y, J, dy, G
 
@@ -366,12 +397,18 @@ def _lce_perturbed(N, V, seed, mag, rel, options, reduction, eps):
     t = torch.randint(0, V, (N,), generator=g)
     dl = torch.rand(N if reduction == "none" else (), generator=g, dtype=torch.float64) + 0.5
     e = torch.rand(N, V, generator=g, dtype=torch.float64) * rel
+    if "weight" in options:  # a pattern over the classes, as the strategies draw it
+        options = {**options, "weight": torch.tensor(options["weight"], dtype=torch.float64).repeat(V)[:V]}
+    w = options.get("weight")
     y, J, dy, G = _lce_dy_dz(z, t, dl, options, reduction, eps)
-    scale = oracles.ce.grad_scale(t, dl, -100, reduction).abs()[..., None]
-    bound = B.lce_dlogits_error(torch.zeros_like(z), y, J, dy if "softcap" in options else None, e, scale,
-                                options.get("z_loss", 0.0), options.get("softcap"), options.get("logit_scale", 1.0))
+    gs = oracles.ce.grad_scale(t, dl, -100, reduction, w)
+    gz = oracles.ce.grad_scale(t, dl, -100, reduction, w, for_z=True)
+    c = 1.0 if w is None else (1 - eps) * w[t] + eps * w.mean()
+    bound = B.lce_dlogits_error(torch.zeros_like(z), y, J, dy if "softcap" in options else None, e,
+                                (gs * c)[..., None], gz[..., None], options.get("z_loss", 0.0),
+                                options.get("softcap"), options.get("logit_scale", 1.0))
     s = abs(options.get("logit_scale", 1.0))
-    plain = scale * torch.softmax(y, -1) * torch.expm1(2 * s * e.amax(-1, keepdim=True)) * s
+    plain = (gs * c).abs()[..., None] * torch.softmax(y, -1) * torch.expm1(2 * s * e.amax(-1, keepdim=True)) * s
     ds = [torch.ones_like(e), -torch.ones_like(e)] + [torch.randint(0, 2, e.shape, generator=g) * 2.0 - 1
                                                       for _ in range(6)]
     ds += [torch.rand(e.shape, generator=g, dtype=torch.float64) * 2 - 1 for _ in range(4)]
@@ -384,7 +421,8 @@ def _lce_perturbed(N, V, seed, mag, rel, options, reduction, eps):
 
 
 _LCE_OPTIONS = [{}, {"z_loss": 0.3}, {"z_loss": 2.0}, {"softcap": 3.0}, {"softcap": 15.0, "logit_scale": 2.0},
-                {"softcap": 5.0, "z_loss": 1.0}, {"logit_scale": 0.5, "z_loss": 0.01}]
+                {"softcap": 5.0, "z_loss": 1.0}, {"logit_scale": 0.5, "z_loss": 0.01}, {"weight": (0.5, 2.0, 0.0)},
+                {"weight": (3.0, 0.25), "z_loss": 0.5}, {"weight": (1.0, 0.0, 2.0), "softcap": 4.0, "z_loss": 1.0}]
 
 
 @settings(max_examples=150, deadline=None)
@@ -393,10 +431,11 @@ _LCE_OPTIONS = [{}, {"z_loss": 0.3}, {"z_loss": 2.0}, {"softcap": 3.0}, {"softca
        st.sampled_from([0.0, 0.1]))
 def test_lce_dlogits_bound_covers_the_d_logits_at_perturbed_logits(N, V, seed, mag, rel, options, reduction, eps):
     """The part of bounds.lce_dlogits_error that carries the logits' error bounds |G(z + d) - G(z)|
-    for every perturbation |d_j| <= e_j, G the FP64 d logits with the options (_lce_perturbed's
-    corners and inner points), up to the FP64 oracle's own rounding. Perturbations of up to a few
-    tenths keep the check away from first order."""
+    for every perturbation |d_j| <= e_j, G the FP64 d logits with the options (class weights
+    among them; _lce_perturbed's corners and inner points), up to the FP64 oracle's own rounding.
+    Perturbations of up to a few tenths keep the check away from first order."""
     bound, _, fp64, errs = _lce_perturbed(N, V, seed, mag, rel, options, reduction, eps)
+    assume(bool(torch.isfinite(bound).all()))  # a weighted mean of zero weight sum: NaN (the law needs a finite G)
     for err, f in zip(errs, fp64):
         i = int((err - bound - f).argmax())
         assert bool((err <= bound + f).all()), \

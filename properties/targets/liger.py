@@ -22,7 +22,7 @@ What liger-kernel offers of the suite's contract, and how each function calls it
   ``liger_cross_entropy``: forward on a float copy of the logits that requires grad, then
   ``torch.autograd.grad(loss, logits, dloss)`` (LigerCrossEntropyFunction.backward).
 * ``linear_cross_entropy(hidden, weight, target, *, bias, ignore_index, reduction,
-  label_smoothing, z_loss, softcap)``: ``liger_kernel.transformers.functional.
+  label_smoothing, ce_weight, z_loss, softcap)``: ``liger_kernel.transformers.functional.
   liger_fused_linear_cross_entropy`` (LigerFusedLinearCrossEntropyFunction: rows in chunks of
   about H x BT / V, each chunk's logits formed by torch's matmul in the inputs' dtype, then
   liger's cross-entropy kernel, the gradients formed in the forward) on ``hidden.reshape(-1, H)``
@@ -139,7 +139,7 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
 
 
 def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index=-100, reduction="mean",
-                         label_smoothing=0.0, z_loss=0.0, softcap=None):
+                         label_smoothing=0.0, ce_weight=None, z_loss=0.0, softcap=None):
     float_tensor("hidden", hidden)
     float_tensor("weight", weight, min_ndim=2)
     if weight.ndim != 2 or weight.shape[1] != hidden.shape[-1]:
@@ -156,8 +156,9 @@ def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index=-100
     _check_ce_dtype(hidden)
     h, t = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
     opts = _ce_options(None, z_loss, softcap)
-    del opts["weight"]  # the fused op has no class weights in the suite's contract
-    loss = _functional.liger_fused_linear_cross_entropy(h, weight, t, bias, ignore_index=ignore_index,
+    del opts["weight"]  # the fused op's class weights are its ce_weight, as the suite's contract names them
+    loss = _functional.liger_fused_linear_cross_entropy(h, weight, t, bias, ce_weight=ce_weight,
+                                                        ignore_index=ignore_index,
                                                         reduction=reduction, label_smoothing=float(label_smoothing),
                                                         **opts)
     return loss.reshape(batch) if reduction == "none" else loss

@@ -173,7 +173,9 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None):
 
 
 def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index=-100, reduction="mean",
-                         label_smoothing=0.0, z_loss=0.0, softcap=None, logit_scale=1.0):
-    """The composition: F.linear (the whole logits in memory), then cross_entropy above."""
+                         label_smoothing=0.0, ce_weight=None, z_loss=0.0, softcap=None, logit_scale=1.0):
+    """The composition: F.linear (the whole logits in memory), then cross_entropy above (ce_weight:
+    its class weights)."""
     return cross_entropy(F.linear(hidden, weight, bias), target, ignore_index=ignore_index, reduction=reduction,
-                         label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap, logit_scale=logit_scale)
+                         label_smoothing=label_smoothing, weight=ce_weight, z_loss=z_loss, softcap=softcap,
+                         logit_scale=logit_scale)

@@ -331,64 +331,70 @@ def lce_logits_error(dtype, hidden, weight, bias, z):
     return (hidden.shape[-1] + 1) * t.u_c * mag + 2.0 ** -t.precision * z.abs()
 
 
-def lce_loss_extra(dz, J, y, z_loss, counted, reduction):
+def lce_loss_extra(dz, J, y, z_loss, counted, reduction, ce_rows=None, ce_divisor=None):
     """The loss's error from logits within dz of the exact ones: y = transform(z) within |J| dz,
     D = max_j of it per row; lse moves by at most D (1-Lipschitz in the max norm), each lse - y_j
-    by 2D, so the cross-entropy term by 2D, the z term by z (2 |lse| D + D^2) (exact bounds, not
-    first order); reduced as the loss (the mean over the count of counted rows)."""
+    by 2D, so the cross-entropy term (1 - eps) w_t (lse - y_t) + eps / V sum_j w_j (lse - y_j) by
+    2D ce_rows, ce_rows = (1 - eps) |w_t| + eps mean_j |w_j| (1 without class weights), and the z
+    term by z (2 |lse| D + D^2) (exact bounds, not first order); reduced as the loss: the mean
+    divides the cross-entropy terms by ce_divisor (|sum of w[t]| over the counted rows; the count
+    without weights) and the z terms by the count."""
     V = y.shape[-1]
     D = (J.abs() * dz).amax(-1) if V else torch.zeros(y.shape[:-1], dtype=torch.float64, device=y.device)
     lse = torch.logsumexp(y, -1).abs() if V else D
-    rows = torch.where(counted, 2 * D + z_loss * (2 * lse * D + D * D), 0.0)
+    ce = 2 * D * (1.0 if ce_rows is None else ce_rows)
+    zt = z_loss * (2 * lse * D + D * D)
     if reduction == "none":
-        return rows
-    total = rows.sum()
-    return total / counted.sum() if reduction == "mean" else total
+        return torch.where(counted, ce + zt, 0.0)
+    ce, zt = torch.where(counted, ce, 0.0).sum(), torch.where(counted, zt, 0.0).sum()
+    if reduction == "sum":
+        return ce + zt
+    count = counted.sum()
+    return ce / (count if ce_divisor is None else ce_divisor) + zt / count
 
 
-def lce_split_bound(tol_whole, tol_a, tol_b, reduction, count):
+def lce_split_bound(tol_whole, tol_a, tol_b, reduction, divisor):
     """|one call - the two parts recombined| for the rows split in two calls, each within its
     bound of the same exact loss (the parts at reduction "none", or "sum" for sum and mean): the
-    whole call's bound plus the parts' (concatenated; added; added over the count for the mean)."""
+    whole call's bound plus the parts' (concatenated; added; added over the mean's divisor, the
+    count of counted rows or the sum of their class weights)."""
     if reduction == "none":
         return tol_whole + torch.cat([tol_a, tol_b])
     if reduction == "sum":
         return tol_whole + tol_a + tol_b
-    return tol_whole + (tol_a + tol_b) / count
-
-
-# the largest |d/du sech(u)^2| = |2 sech(u)^2 tanh(u)|, at tanh(u)^2 = 1/3: 4 / (3 sqrt 3)
-SECH2_SLOPE = 4.0 / (3.0 * 3.0 ** 0.5)
+    return tol_whole + (tol_a + tol_b) / abs(divisor)
 
 
 # the largest slope of sech(u)^2, |2 sech(u)^2 tanh(u)|, at tanh(u)^2 = 1/3: 4 / (3 sqrt 3)
 SECH2_SLOPE = 4.0 / (3.0 * 3.0 ** 0.5)
 
 
-def lce_dlogits_error(tol_G, y, J, dy, logits_err, grad_scale, z_loss=0.0, softcap=None, logit_scale=1.0):
+def lce_dlogits_error(tol_G, y, J, dy, logits_err, ce_coef, z_scale, z_loss=0.0, softcap=None, logit_scale=1.0):
     """|G~ - G| for the d logits G~ a kernel forms from its own logits, G the FP64 d logits at the
     FP64 logits z: tol_G (the cross-entropy backward's bound at z) plus the logits' error carried
     through the backward (exact bounds, not first order). y = T(z) are the logits the loss sees
     (s z, or c tanh(s z / c) with a softcap), J = T'(z), dy the FP64 d loss / d y (G = dy J), all
     float64; the kernel's logits are within e_j = logits_err of z. T is |s|-Lipschitz, so y moves
     by at most D = |s| max_j e_j per row, lse by at most D, and each p_j = exp(y_j - lse) by at
-    most p_j r, r = expm1(2 D). With the row's gradient scale g (no class weights: the
-    cross-entropy and z terms share it), dy_j = g (p_j (1 + 2 zl lse) - b_j), b_j (the one-hot and
-    smoothing terms) independent of z, so |dy~_j - dy_j| <= g p_j (r (|1 + 2 zl lse| + 2 |zl| D)
-    + 2 |zl| D) =: A_j. The chain rule multiplies by J: s, or s sech(s z / c)^2, whose slope in z
-    is at most s^2 SECH2_SLOPE / |c|, so |J~_j - J_j| <= K_j = min(|s|, s^2 SECH2_SLOPE e_j / |c|)
-    (0 without a softcap) and |J~_j| <= min(|s|, |J_j| + K_j); hence
-    |G~_j - G_j| <= A_j min(|s|, |J_j| + K_j) + |dy_j| K_j. Without z-loss and softcap this is
-    g p_j r |s|."""
+    most p_j r, r = expm1(2 D). Per row, dy_j = a p_j - b_j with b_j (the one-hot, smoothing and
+    weight terms) independent of z and a = ce_coef + 2 zl lse z_scale: ce_coef = g ((1 - eps) w_t
+    + eps / V sum_j w_j), g the cross-entropy term's gradient scale (dloss over the mean's
+    divisor; w = 1 without class weights), z_scale the z term's (dloss over the count). So
+    |dy~_j - dy_j| <= p_j (r (|a| + 2 |zl z_scale| D) + 2 |zl z_scale| D) =: A_j. The chain rule
+    multiplies by J: s, or s sech(s z / c)^2, whose slope in z is at most s^2 SECH2_SLOPE / |c|,
+    so |J~_j - J_j| <= K_j = min(|s|, s^2 SECH2_SLOPE e_j / |c|) (0 without a softcap) and
+    |J~_j| <= min(|s|, |J_j| + K_j); hence |G~_j - G_j| <= A_j min(|s|, |J_j| + K_j) + |dy_j| K_j.
+    Without z-loss, softcap and weights this is |g| p_j r |s|."""
     s = abs(float(logit_scale))
-    zl = abs(float(z_loss))
     D = (logits_err.amax(-1, keepdim=True) if y.shape[-1] else logits_err.sum(-1, keepdim=True)) * s
     p = torch.softmax(y, -1)
     r = torch.expm1(2 * D)
-    A = p * grad_scale * r
-    if zl:
+    if z_loss:
         lse = torch.logsumexp(y, -1, keepdim=True)
-        A = p * grad_scale * (r * ((1 + 2 * float(z_loss) * lse).abs() + 2 * zl * D) + 2 * zl * D)
+        zd = 2 * abs(float(z_loss)) * z_scale.abs() * D
+        A = p * (r * ((ce_coef + 2 * float(z_loss) * lse * z_scale).abs() + zd) + zd)
+    else:
+        A = p * r * ce_coef.abs()
     tol = torch.nan_to_num(tol_G, nan=0.0)
     if softcap is None:
         return tol + A * s

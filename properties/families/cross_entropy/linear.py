@@ -1,6 +1,6 @@
 """The fused linear cross-entropy, linear_cross_entropy(hidden (N, H), weight (V, H), target (N,),
-*, bias, ignore_index, reduction, label_smoothing[, z_loss, softcap, logit_scale]) =
-cross_entropy(hidden @ weight.T + bias, target, ...): its case, strategy, FP64 truth and bound,
+*, bias, ignore_index, reduction, label_smoothing[, ce_weight, z_loss, softcap, logit_scale]) =
+cross_entropy(hidden @ weight.T + bias, target, ..., weight=ce_weight, ...): its case, strategy, FP64 truth and bound,
 OpSpec and laws. A family of its own ("linear_cross_entropy": the cross-entropy laws do not apply
 to it), in the cross-entropy package whose case, strategies and truth it reuses."""
 from __future__ import annotations
@@ -24,19 +24,34 @@ from ...spec import OpSpec, OutputTruth, Truth, register
 from ...strategies import OFFERED, draw_index, dtypes
 from ...tolerances import agree
 from . import bounds as B
-from .case import CECase
+from .case import CECase, _Code
 from .strategies import ce_option_values, ce_options, ce_targets
 from .truth import ce_options_mask, ce_default_mask, ce_truth, loss_also
 
 OP = "linear_cross_entropy"
-LCE_OFFERED = ("z_loss", "softcap", "logit_scale")  # cross_entropy's, class weights excepted
+# cross_entropy's options; its class weights are ce_weight here (weight is the linear layer's), as
+# liger-kernel names them
+LCE_OFFERED = ("ce_weight", "z_loss", "softcap", "logit_scale")
+_CE_NAME = {"ce_weight": "weight"}  # an offered option's name among cross_entropy's
+
+
+@dataclass(frozen=True)
+class _Classes:
+    """A logits stand-in for LCECase.ce_view: the class count (logits.logits.cols) and nothing else."""
+
+    cols: int
+
+    @property
+    def logits(self):
+        return self
 
 
 @dataclass(frozen=True)
 class LCECase(OpCase):
     """hidden (N, H) and weight (V, H) drawn as seeded normals (hidden of scale `scale`, weight of
     scale 1 / sqrt(H), so the logits are of order `scale`) rounded to the dtype, an optional bias
-    (V,) of the same kind, class-index targets, and cross_entropy's options."""
+    (V,) of the same kind, class-index targets, and cross_entropy's options (class weights
+    ``ce_weight``: a pattern repeated over the V classes, as CECase.weight)."""
 
     op: str
     dtype: torch.dtype
@@ -53,6 +68,7 @@ class LCECase(OpCase):
     z_loss: float = 0.0
     softcap: float = None
     logit_scale: float = 1.0
+    ce_weight: tuple = None
 
     @property
     def dtype_name(self) -> str:
@@ -62,6 +78,15 @@ class LCECase(OpCase):
     def batch(self) -> tuple:
         """The rows (the loss's shape under reduction="none")."""
         return (self.N,)
+
+    def _reps(self) -> int:
+        return -(-self.V // len(self.ce_weight))
+
+    def ce_weight_tensor(self, device=None, dtype=torch.float32):
+        if self.ce_weight is None:
+            return None
+        dev = device or interpreter.device()
+        return torch.tensor(self.ce_weight, dtype=dtype, device=dev).repeat(self._reps())[:self.V]
 
     def _normal(self, name, shape, seed, scale) -> str:
         return (f"{name} = (torch.randn({tuple(shape)}, generator=torch.Generator().manual_seed({seed}), "
@@ -82,18 +107,24 @@ class LCECase(OpCase):
         return [built(code, n, device=device) for n in ("hidden", "weight", "labels")]
 
     def options(self) -> dict:
-        on = dict(z_loss=self.z_loss, softcap=self.softcap, logit_scale=self.logit_scale)
-        off = dict(z_loss=0.0, softcap=None, logit_scale=1.0)
+        on = dict(ce_weight=self.ce_weight, z_loss=self.z_loss, softcap=self.softcap, logit_scale=self.logit_scale)
+        off = dict(ce_weight=None, z_loss=0.0, softcap=None, logit_scale=1.0)
         return {k: v for k, v in on.items() if v != off[k]}
 
     def kwargs(self) -> dict:
         kw = dict(ignore_index=self.ignore_index, reduction=self.reduction, label_smoothing=self.label_smoothing)
         if self.bias:
             kw["bias"] = self.bias_tensor()
-        return {**kw, **self.options()}
+        opts = self.options()
+        if "ce_weight" in opts:
+            opts["ce_weight"] = self.ce_weight_tensor()
+        return {**kw, **opts}
 
     def kwargs_code(self) -> str:
         kw = self.kwargs()
+        if "ce_weight" in kw:
+            kw["ce_weight"] = _Code(f"torch.tensor({list(self.ce_weight)!r}, dtype=torch.float32, device=device)"
+                                    f".repeat({self._reps()})[:{self.V}]")
         parts = [f"{k}={v!r}" for k, v in kw.items() if k != "bias"]
         return ", ".join((["bias=b"] if self.bias else []) + parts)
 
@@ -104,9 +135,11 @@ class LCECase(OpCase):
         return f"out = target.{self.op}(hidden, weight, labels, {self.kwargs_code()})"
 
     def ce_view(self, reduction=None) -> CECase:
-        """The cross-entropy case of the same options (its truth's parameters; no tensors)."""
-        return CECase("cross_entropy", self.dtype, None, None, self.ignore_index, reduction or self.reduction,
-                      self.label_smoothing, None, None, self.z_loss, self.softcap, self.logit_scale)
+        """The cross-entropy case of the same options (its truth's parameters; no tensors: its
+        logits stand-in holds only the class count, which its weights' tensor reads)."""
+        return CECase("cross_entropy", self.dtype, _Classes(self.V), None, self.ignore_index,
+                      reduction or self.reduction, self.label_smoothing, None, self.ce_weight, self.z_loss, self.softcap,
+                      self.logit_scale)
 
     def family(self) -> str:
         return "normal"
@@ -153,7 +186,12 @@ def lce_cases(draw, max_n=None):
     ignore_index, reduction, eps = draw(ce_options(), label="options")
     targets = draw(ce_targets(N, V, ignore_index), label="target")
     targets = dataclasses.replace(targets, stride=1)
-    opts = draw(ce_option_values(OFFERED.of(_SPEC)), label="lce_options") if draw(st.booleans()) else {}
+    back = {v: k for k, v in _CE_NAME.items()}
+    offered = tuple(_CE_NAME.get(o, o) for o in OFFERED.of(_SPEC))
+    # class weights: patterns of two values at least, so that rows of different classes weigh
+    # differently (what a chunked weighted mean gets wrong)
+    opts = draw(ce_option_values(offered, min_pattern=2), label="lce_options") if draw(st.booleans()) else {}
+    opts = {back.get(k, k): v for k, v in opts.items()}
     return LCECase(OP, dtype, N, H, V, draw(st.integers(0, 2**16), label="seed"),
                    draw(st.sampled_from([1.0, 4.0, 30.0]), label="scale"), draw(st.booleans(), label="bias"),
                    targets, ignore_index, reduction, float(eps), **opts)
@@ -163,11 +201,25 @@ def lce_case(draw, spec, families=None, max_cols=None):
     return draw(lce_cases())
 
 
+def _class_weights(case, t):
+    """(w, w_t, ce_rows, divisor) for the case's class weights, float64 on t's device: the weights
+    (V,), each row's weight w[t] (0 on ignored rows), (1 - eps) |w_t| + eps mean_j |w_j| and the
+    mean's |sum of w[t]|; (None, None, None, None) without class weights."""
+    w = case.ce_weight_tensor(t.device, torch.float64)
+    if w is None:
+        return None, None, None, None
+    live = t != case.ignore_index
+    wt = torch.where(live, w[torch.where(live, t, 0).clamp(0, case.V - 1).long()], 0.0)
+    eps = case.label_smoothing
+    return w, wt, (1 - eps) * wt.abs() + eps * w.abs().mean(), oracles.ce.divisors(t, case.ignore_index, w)[0].abs()
+
+
 def lce_extra(case, z, dz, reduction, t):
     """The loss's error from logits within dz of z (bounds.lce_loss_extra), for a case's options."""
     J = oracles.ce.transform_grad(z, case.softcap, case.logit_scale)
     y = oracles.ce.transform(z, case.softcap, case.logit_scale)
-    return B.lce_loss_extra(dz, J, y, case.z_loss, t != case.ignore_index, reduction)
+    _, _, ce_rows, divisor = _class_weights(case, t)
+    return B.lce_loss_extra(dz, J, y, case.z_loss, t != case.ignore_index, reduction, ce_rows, divisor)
 
 
 def lce_truth(case, args, strict=False, reduction=None):
@@ -240,9 +292,10 @@ def lce_is_cross_entropy_of_logits(case, target):
 def lce_rows_split_recombine(case, target):
     """The loss does not depend on how the rows are passed: the rows split in two calls (at a
     drawn row) and recombined as the reduction says (none: concatenated; sum: added; mean: the
-    two sums added over the count of counted rows) equal one call on all rows. Bound: the whole
-    call's bound plus the parts' (the sum's bounds at reduction="sum", divided by the count for
-    the mean)."""
+    two sums added over the count of counted rows, or over the sum of their class weights) equal
+    one call on all rows: a chunked kernel whose mean divides each chunk by its own count or
+    weight sum fails here. Bound: the whole call's bound plus the parts' (the sum's bounds at
+    reduction="sum", divided by the mean's divisor)."""
     hidden, weight, t = case.tensors(target.device)
     assume(case.N >= 2)
     k = 1 + draw_split(case)
@@ -256,15 +309,18 @@ def lce_rows_split_recombine(case, target):
     ta = lce_truth(ca, [hidden[:k], weight, t[:k]]).outputs[0].tol
     tb = lce_truth(cb, [hidden[k:], weight, t[k:]]).outputs[0].tol
     tw = lce_truth(case, [hidden, weight, t]).outputs[0]
-    count = int((t != case.ignore_index).sum())
+    weights = case.ce_weight_tensor(t.device, torch.float64)
+    divisor = float(oracles.ce.divisors(t, case.ignore_index, weights)[0])  # the count without weights
     if red == "none":
         rec = torch.cat([pa, pb])
     elif red == "sum":
         rec = pa + pb
     else:
-        assume(count > 0)
-        rec = (pa + pb) / count
-    tol = B.lce_split_bound(tw.tol, ta, tb, red, count)
+        # with class weights and a z-loss the mean divides the two terms by different divisors
+        # (sum w[t], the count), which the parts' sums no longer tell apart
+        assume(divisor != 0 and not (weights is not None and case.z_loss))
+        rec = (pa + pb) / divisor
+    tol = B.lce_split_bound(tw.tol, ta, tb, red, divisor)
     only = tw.only if tw.only is not None else torch.ones(tw.value.shape, dtype=torch.bool, device=tw.value.device)
     only = only & torch.isfinite(rec)
     assert_close(case, target, whole, rec, torch.nan_to_num(tol, nan=0.0),
@@ -277,15 +333,19 @@ def _dlogits(case, hidden, weight, bias, t, dl):
     from its own logits."""
     z = oracles.linear_cross_entropy.logits(hidden, weight, bias)
     G, tol_G = ce_truth(dataclasses.replace(case.ce_view(), op="cross_entropy_backward"), [z, t, dl])
-    scale = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction).abs()[..., None]
+    w, wt, _, _ = _class_weights(case, t)
+    g = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction, w)
+    g_z = oracles.ce.grad_scale(t, dl, case.ignore_index, case.reduction, w, for_z=True)
+    eps = case.label_smoothing
+    c = 1.0 if w is None else (1 - eps) * wt + eps * w.mean()  # the cross-entropy term's factor of p_j
     y = oracles.ce.transform(z, case.softcap, case.logit_scale)
     J = dy = None
     if case.softcap is not None:  # d loss / d y, the d logits before the softcap's chain rule
         J = oracles.ce.transform_grad(z, case.softcap, case.logit_scale)
-        dy = oracles.ce.cross_entropy_backward(y, t, dl, case.ignore_index, case.reduction, case.label_smoothing,
+        dy = oracles.ce.cross_entropy_backward(y, t, dl, case.ignore_index, case.reduction, eps, w,
                                                z_loss=case.z_loss)
-    dG = B.lce_dlogits_error(tol_G, y, J, dy, B.lce_logits_error(case.dtype, hidden, weight, bias, z), scale,
-                             case.z_loss, case.softcap, case.logit_scale)
+    dG = B.lce_dlogits_error(tol_G, y, J, dy, B.lce_logits_error(case.dtype, hidden, weight, bias, z),
+                             (g * c)[..., None], g_z[..., None], case.z_loss, case.softcap, case.logit_scale)
     return G, dG
 
 
@@ -367,8 +427,9 @@ def _rows(targets, lo, hi):
 @invariant(linear)
 def lce_weight_grad_sums_to_zero(case, target):
     """Without z-loss and softcap every row of d logits sums to zero (softmax sums to 1, the
-    one-hot and the smoothing's eps / V terms to (1 - eps) + eps; the logit scale multiplies the
-    row), so d weight = (d logits)^T hidden summed over the vocabulary is zero:
+    one-hot and the smoothing's eps / V terms to (1 - eps) + eps; with class weights,
+    (1 - eps) w_t (p - onehot) + eps / V (sum(w) p - w) sums to zero too; the logit scale
+    multiplies the row), so d weight = (d logits)^T hidden summed over the vocabulary is zero:
     sum_j dW_jk = sum_i (sum_j G_ij) h_ik = 0 (autograd, dloss = 1). Bound, summing over j the
     error of each dW_jk = sum_i G_ij h_ik: G_ij within the cross-entropy backward's bound at the
     FP64 logits (ce_truth) plus the logits' error carried into p (p_ij expm1(2 |s| D_i),

@@ -49,12 +49,12 @@ def option_focus(families) -> tuple:
 
 
 @st.composite
-def ce_option_values(draw, offered, on=()):
+def ce_option_values(draw, offered, on=(), min_pattern=1):
     """{option: value} for the options of `offered` (each on about half the time; those of `on`
     always; at least one), each a float32 value: z_loss from 1e-4 to 2, softcap from a quarter
     (every moderate logit saturates) to 64, logit_scale in [-8, 8] (negative and 0 included), class weights a
     pattern of WEIGHT_VALUES repeated over the classes (all ones, all zeros, zeros on some
-    targets and on the ignored class among them)."""
+    targets and on the ignored class among them; a pattern of at least min_pattern values)."""
     names = [o for o in offered if o in on or draw(st.booleans(), label=f"{o}_on")]
     if not names and offered:
         names = [offered[draw(st.integers(0, len(offered) - 1), label="option")]]
@@ -77,7 +77,8 @@ def ce_option_values(draw, offered, on=()):
             elif kind == "zeros":
                 out[o] = (0.0,)
             else:
-                out[o] = tuple(draw(st.lists(st.sampled_from(WEIGHT_VALUES), min_size=1, max_size=5), label="weights"))
+                out[o] = tuple(draw(st.lists(st.sampled_from(WEIGHT_VALUES), min_size=min_pattern, max_size=5),
+                                    label="weights"))
     return out
 
 
