@@ -218,7 +218,10 @@ PAIR_LIMITS_FOR = {"first_block_only": "ci", "ce_tail_rows_dropped": "ci", "ce_m
 # compute type (one "huge" fill in ~7 families, then that scale, then a row whose terms overflow):
 # about one case in 400, so whether 400 draws hold one depended on Hypothesis's pool of constants
 # from the project's sources, which every edit changes
-PAIR_EXAMPLES_FOR = {"unscaled_softmax_backward": 2000}
+# lce_weighted_mean_per_chunk fails only on a weighted mean without z-loss over more than two rows
+# whose class weights differ between its chunks of two, by more than a 16-bit bound: about one
+# case in 150
+PAIR_EXAMPLES_FOR = {"unscaled_softmax_backward": 2000, "lce_weighted_mean_per_chunk": 2000}
 
 
 def test_zoo_covers_every_invariant(target):

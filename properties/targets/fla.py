@@ -21,6 +21,14 @@ What fla-core offers of the suite's contract, and how each function calls it:
 * ``cross_entropy_backward(logits, target, dloss, ...)``: autograd through the same path:
   ``torch.autograd.grad(reduced loss, logits, dloss)`` (FusedCrossEntropyFunction.backward,
   ``inplace_backward=False``, fla's default: the logits are not overwritten).
+* ``linear_cross_entropy(hidden, weight, target, *, bias, ignore_index, reduction,
+  label_smoothing, softcap, logit_scale)``: ``fla.modules.fused_linear_cross_entropy.
+  fused_linear_cross_entropy_loss`` (FusedLinearCrossEntropyFunction: rows in chunks, each
+  chunk's logits formed by ``F.linear`` in the inputs' dtype, fla's cross-entropy kernels on them,
+  the gradients formed in the forward, d weight accumulated in float32, its default) on
+  ``hidden.reshape(-1, H)`` and ``target.reshape(-1)``, with ``logit_softcapping=softcap``
+  (logits scaled, then capped, the suite's order). The loss is float32 (documented "Scalar loss
+  in fp32"). No class weights and no z-loss in its signature.
 
 Strides, the documented contract: fla's public functions are wrapped in ``fla.utils.input_guard``
 ("make sure all input tensors are contiguous"), and its kernels index rows as ``i * D``. The
@@ -29,8 +37,9 @@ adapter wraps them in ``input_guard`` too: strided input reaches them as a conti
 fla itself. (Unguarded, ``softmax_fwd`` views a row-padded tensor as contiguous and reads the
 padding: see FINDINGS.md.) ``cross_entropy_loss`` is guarded by fla already.
 
-Declared refusal (``NotImplementedError``, the only ``SUITE_REFUSALS``): float64 for softmax,
-logsumexp and cross-entropy. fla computes those in float32: its math primitives
+Declared refusals (``NotImplementedError``, the only ``SUITE_REFUSALS``): float64 for softmax,
+logsumexp and cross-entropy (the fused linear one included), and the fused linear
+cross-entropy's ``reduction="none"`` (its docstring: "'mean' | 'sum'"). fla computes those in float32: its math primitives
 ``fla.ops.utils.op.exp`` and ``log`` cast their argument to float32, logsumexp_fwd's partial
 results are a float32 buffer, and cross_entropy_loss documents an FP32 loss. softmax_bwd does its
 arithmetic in the input's dtype, so float64 is tested there.
@@ -48,6 +57,8 @@ _fce = require("fla.modules.fused_cross_entropy", "fla-core==0.6.0", "fla")
 _fla_utils = require("fla.utils", "fla-core==0.6.0", "fla")
 
 SUITE_REFUSALS = (NotImplementedError,)
+
+_flce = require("fla.modules.fused_linear_cross_entropy", "fla-core==0.6.0", "fla")
 
 _softmax_fwd = _fla_utils.input_guard(_ops_utils.softmax_fwd)
 _softmax_bwd = _fla_utils.input_guard(_ops_utils.softmax_bwd)
@@ -116,3 +127,29 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
     g = dloss.reshape(-1) if reduction == "none" else dloss
     (dx,) = torch.autograd.grad(loss, x, g.to(loss.dtype))
     return dx
+
+
+def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index=-100, reduction="mean",
+                         label_smoothing=0.0, softcap=None, logit_scale=1.0):
+    float_tensor("hidden", hidden)
+    float_tensor("weight", weight, min_ndim=2)
+    if weight.ndim != 2 or weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(f"weight must be (V, H) with H = hidden's last size {hidden.shape[-1]}, "
+                         f"got {tuple(weight.shape)}")
+    if bias is not None:
+        float_tensor("bias", bias)
+        if tuple(bias.shape) != (weight.shape[0],):
+            raise ValueError(f"bias must be (V,) = ({weight.shape[0]},), got {tuple(bias.shape)}")
+    # the checks on a stand-in of the logits' shape on the meta device: the fused op never
+    # allocates the (N, V) logits
+    logits = torch.empty(hidden.shape[:-1] + (weight.shape[0],), dtype=hidden.dtype, device="meta")
+    ce_args(logits, target, reduction, label_smoothing)
+    _no_float64("cross-entropy", hidden)
+    if reduction == "none":
+        raise NotImplementedError("fla's fused linear cross-entropy reduces 'mean' and 'sum' only (its docstring)")
+    return _flce.fused_linear_cross_entropy_loss(hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1), weight,
+                                                 bias, ignore_index=ignore_index,
+                                                 label_smoothing=float(label_smoothing),
+                                                 logit_scale=float(logit_scale),
+                                                 logit_softcapping=None if softcap is None else float(softcap),
+                                                 reduction=reduction)

@@ -16,7 +16,7 @@ from softmax_properties import oracles
 
 from ... import interpreter, tolerances
 from ...case import OpCase, preamble
-from ...invariants._checks import assert_close, op_call, run
+from ...invariants._checks import assert_bitwise, assert_close, op_call, run
 from ...failures import WrongOutput
 from ...invariants._registry import fail, invariant
 from ...snippets import built
@@ -399,12 +399,12 @@ def lce_gradients_match_oracle(case, target):
                          out_name=f"d {n}")
 
 
-def _grad_truth(case, hidden, weight, bias, t, out):
-    """For lce_gradients_match_oracle: the cotangent (seeded by the case, of out's shape and
+def _grad_truth(case, hidden, weight, bias, t, out, salt="lce_dloss"):
+    """For the gradient laws: the cotangent (seeded by the case and salt, of out's shape and
     dtype) and its code, and per input the FP64 gradient and its bound (rows with a finite G)."""
     from ...invariants.generic import _seeded, _seeded_code
-    dl = _seeded(case, "lce_dloss", out.shape, out.dtype, out.device)
-    dl_code = _seeded_code(case, "lce_dloss", out.shape, out.dtype)
+    dl = _seeded(case, salt, out.shape, out.dtype, out.device)
+    dl_code = _seeded_code(case, salt, out.shape, out.dtype)
     G, dG = _dlogits(case, hidden, weight, bias, t, dl)
     assume(bool(torch.isfinite(G).all()))
     W64, H64 = weight.detach().double(), hidden.detach().double()
@@ -413,6 +413,84 @@ def _grad_truth(case, hidden, weight, bias, t, out):
     tols = {n: tolerances.total_tolerance(e, refs[n], case.dtype, case.dtype)  # the final rounding
             for n, e in zip(("hidden", "weight", "bias"), eps)}
     return refs, tols, dl, dl_code
+
+
+@invariant(linear)
+def lce_backward_twice(case, target):
+    """Backward can run twice. (1) On one graph: loss = linear_cross_entropy(hidden, weight, ...),
+    torch.autograd.grad(loss, inputs, g1, retain_graph=True), then again with g2 (cotangents
+    seeded by the case, not 1: a loss scale, or two losses on one forward): each set of gradients
+    equals the FP64 chain rule of its cotangent within bounds.lce_grad_bounds, and the first set,
+    as its caller holds it, is bitwise unchanged by the second backward. A fused kernel forms
+    the gradients in its forward (for dloss = 1) and scales them by the cotangent in its
+    backward: scaled in place (to save an allocation), the second backward returns g1 g2 times
+    the gradient and changes the first one it returned. (2) On two graphs whose backwards run in
+    the other order than their forwards (the second forward on hidden with one element changed):
+    each set equals the chain rule at its own inputs (gradients kept in a buffer shared by the
+    calls fail). A backward that refuses to run again on its graph (an exception with
+    retain_graph) passes part (1), a clear refusal not being a wrong value. Tier default: loss
+    scaling and gradient checkpointing are everyday training code."""
+    assume(case.N > 0)
+    hidden, weight, t = case.tensors(target.device)
+    bias = case.bias_tensor(target.device)
+    names = ("hidden", "weight") + (("bias",) if case.bias else ())
+    var = {"hidden": "hidden", "weight": "weight", "bias": "b"}
+
+    def leaves(h=hidden):
+        return dict(hidden=h.detach().clone().requires_grad_(True), weight=weight.detach().clone().requires_grad_(True),
+                    bias=None if bias is None else bias.detach().clone().requires_grad_(True))
+
+    def forward(lv):
+        with torch.enable_grad():
+            out = op_call(case, target, lv["hidden"], lv["weight"], t, bias=lv["bias"])
+        if not (isinstance(out, torch.Tensor) and out.requires_grad):
+            reject()  # a target whose op is not differentiable
+        return out
+
+    def judge(grads, truth, what, call):
+        refs, tols, _, _ = truth
+        for k, (n, g) in enumerate(zip(names, grads)):
+            assert_close(case, target, g, refs[n], tols[n], f"d {n} of {what} differs from the FP64 chain rule",
+                         call + f"\nout = {what.split()[0]}[{k}]  # d {n}", dtype=case.dtype, out_name=f"d {n}")
+
+    grab = ", ".join(var[n] for n in names)
+    head = "\n".join(f"{var[n]}.requires_grad_(True)" for n in names) + f"\n{case.call_code()}\n"
+    lv = leaves()
+    out = forward(lv)
+    t1 = _grad_truth(case, hidden, weight, bias, t, out, "lce_dloss")
+    t2 = _grad_truth(case, hidden, weight, bias, t, out, "lce_dloss2")
+    call = head + (f"g1, g2 = {t1[3]}, {t2[3]}\nfirst = torch.autograd.grad(out, [{grab}], g1, retain_graph=True)\n"
+                   f"held = [g.clone() for g in first]\nsecond = torch.autograd.grad(out, [{grab}], g2)")
+    first = torch.autograd.grad(out, [lv[n] for n in names], t1[2], retain_graph=True)
+    held = [g.clone() for g in first]
+    judge(first, t1, "first backward", call)
+    try:
+        second = torch.autograd.grad(out, [lv[n] for n in names], t2[2])
+    except RuntimeError:
+        second = None  # refused: a clear refusal, not a wrong value
+    for k, (n, g, h) in enumerate(zip(names, first, held)):
+        assert_bitwise(case, target, g, h, f"d {n} of the first backward changed when backward ran again",
+                       call + f"\nout = first[{k}]  # vs held[{k}]", out_name=f"d {n}")
+    if second is not None:
+        judge(second, t2, "second backward (the graph retained)", call)
+
+    # (2) two graphs, backwards in the other order
+    h2 = hidden.detach().clone()
+    h2.view(-1)[case.seed % h2.numel()] = 1.0 if float(h2.view(-1)[case.seed % h2.numel()]) != 1.0 else 2.0
+    la, lb = leaves(), leaves(h2)
+    oa, ob = forward(la), forward(lb)
+    ta = _grad_truth(case, hidden, weight, bias, t, oa, "lce_dloss")
+    tb = _grad_truth(case, h2, weight, bias, t, ob, "lce_dloss2")
+    gb = torch.autograd.grad(ob, [lb[n] for n in names], tb[2])
+    ga = torch.autograd.grad(oa, [la[n] for n in names], ta[2])
+    i = case.seed % hidden.numel()
+    call = (f"hidden2 = hidden.clone()\nhidden2.view(-1)[{i}] = {float(h2.view(-1)[i])!r}\n"
+            + "\n".join(f"{var[n]}.requires_grad_(True)" for n in names) + "\nhidden2.requires_grad_(True)\n"
+            f"{case.call_code()}\nya = out\n{case.call_code().replace('(hidden, ', '(hidden2, ')}\nyb = out\n"
+            f"gb = torch.autograd.grad(yb, [{grab.replace('hidden', 'hidden2')}], {tb[3]})\n"
+            f"ga = torch.autograd.grad(ya, [{grab}], {ta[3]})")
+    judge(ga, ta, "ga (the first forward's graph, its backward second)", call)
+    judge(gb, tb, "gb (the second forward's graph, its backward first)", call)
 
 
 def draw_split(case) -> int:
