@@ -16,6 +16,7 @@ from softmax_properties.kernels import _launch
 from .. import strategies as S
 from ..targets import OWN_KERNELS
 from ..families.cross_entropy import strategies as CE
+from ..families.cross_entropy.case import CECase
 from .meta_support import DEV, agrees, kernels_target
 
 
@@ -115,6 +116,67 @@ def test_lce_rejects_bad_input():
         lce(h, w, t, z_loss=-1.0)
     with pytest.raises(ValueError, match=r"target\[1\] = 3 is out of range"):
         lce(h, w, torch.tensor([0, 3], device=DEV))
+
+
+def _zero_empty_mean_module(declared: bool):
+    """The kernels' cross-entropy with a mean over no counted rows of 0 (liger-kernel's and
+    fla-core's fused kernels), declared CE_EMPTY_MEAN = 0.0 or not."""
+    import types
+
+    def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+        out = kernels.cross_entropy(logits, target, ignore_index=ignore_index, reduction=reduction,
+                                    label_smoothing=label_smoothing)
+        if reduction == "mean" and not bool((target != ignore_index).any()):
+            return torch.zeros_like(out)
+        return out
+    m = types.ModuleType("zero_empty_mean" + ("_declared" if declared else ""))
+    m.cross_entropy = cross_entropy
+    if declared:
+        m.CE_EMPTY_MEAN = 0.0
+    return m
+
+
+def _declaring(**attrs):
+    import types
+    m = types.ModuleType("declares")
+    m.__dict__.update(attrs)
+    return m
+
+
+def test_a_declared_zero_mean_of_no_counted_rows_is_judged_by_it():
+    """CE_EMPTY_MEAN = 0.0: a mean over no counted rows is 0, as the target declares; undeclared,
+    the same function fails, and the message names the declaration; the project's kernels (NaN,
+    torch's) fail the declaration. A bad value is refused by name."""
+    from ..failures import PropertyFailure
+    from ..families.cross_entropy import strategies as CES
+    from ..families.cross_entropy.laws import ce_matches_oracle, ce_reductions_agree
+    from ..ops import Target
+    x = S.Logits(2, 3, "float32", ("normal", 0, 3.0), (), "moderate")
+
+    def case(zero):
+        return CECase("cross_entropy", torch.float32, S.Input(x, (2,), S.Layout()), CE.Targets((-100, -100)), -100,
+                      "mean", 0.0, empty_mean_zero=zero)
+    declared, plain = Target(_zero_empty_mean_module(True)), Target(_zero_empty_mean_module(False))
+    declared.device = plain.device = DEV
+    ce_matches_oracle(case(True), declared)
+    ce_reductions_agree(case(True), declared)
+    with pytest.raises(PropertyFailure, match=r"not NaN \(a mean of 0 there is a convention: declare CE_EMPTY_MEAN"):
+        ce_reductions_agree(case(False), plain)
+    with pytest.raises(PropertyFailure, match="expected is NaN"):
+        ce_matches_oracle(case(False), plain)
+    with pytest.raises(PropertyFailure, match=r"not 0, as the target declares \(CE_EMPTY_MEAN = 0.0\)"):
+        ce_reductions_agree(case(True), kernels_target())
+    saved = S.TARGET.module
+    try:
+        S.TARGET.module = _zero_empty_mean_module(True)
+        assert CES.empty_mean_zero()
+        S.TARGET.module = _declaring(CE_EMPTY_MEAN=1.0)
+        with pytest.raises(ValueError, match=r"CE_EMPTY_MEAN must be math.nan \(the default\) or 0.0, got 1.0"):
+            CES.empty_mean_zero()
+        S.TARGET.module = None
+        assert not CES.empty_mean_zero()
+    finally:
+        S.TARGET.module = saved
 
 
 def test_ce_devices_differ_and_cpu_outside_interpreter(monkeypatch):

@@ -47,6 +47,13 @@ Declared refusals (``NotImplementedError``, the only ``SUITE_REFUSALS``), each f
   float32 ("Ensure float32 precision for softmax calculation") and liger's dtype table
   (``liger_kernel.ops.utils.torch_to_triton_dtype``) lists float32, float16 and bfloat16 only.
 
+Declared convention (``CE_EMPTY_MEAN = 0.0``): a mean over no counted rows (every target
+``ignore_index``) is 0 in liger's cross-entropy and fused linear cross-entropy, both (its kernels
+divide by the number of counted rows, and a batch of padding only makes no loss), where torch
+returns NaN (0 / 0). Both are conventions (a training step over an all-padding batch stays
+finite): the suite judges liger by its own. A weighted mean whose counted rows weigh 0 in all is
+not covered: there torch's NaN is the truth still.
+
 Anything else liger raises (its out-of-range-target ``assert`` included, which the suite's
 ``ce_out_of_range_target_raises`` law accepts as a Python exception naming the target) and any
 wrong result is a failure.
@@ -63,6 +70,7 @@ _utils = require("liger_kernel.ops.utils", "liger-kernel==0.8.5", "liger")
 import triton  # noqa: E402  (after the library: its own import pulls triton in anyway)
 
 SUITE_REFUSALS = (NotImplementedError,)
+CE_EMPTY_MEAN = 0.0  # a mean over no counted rows is 0 (module docstring), torch's is NaN
 MAX_SOFTMAX_COLS = 65536  # liger_kernel.ops.utils.calculate_settings: MAX_FUSED_SIZE
 
 

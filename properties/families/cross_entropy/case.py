@@ -40,6 +40,8 @@ class CECase(OpCase):
     z_loss: float = 0.0
     softcap: float = None
     logit_scale: float = 1.0
+    # the target's declaration CE_EMPTY_MEAN = 0.0: a mean over no counted rows is 0, not NaN
+    empty_mean_zero: bool = False
 
     @property
     def dtype_name(self) -> str:

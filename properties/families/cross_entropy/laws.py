@@ -113,7 +113,8 @@ def ce_loss_is_lse_minus_target_logit(case, target):
 def ce_reductions_agree(case, target):
     """mean * (number of counted rows) == sum == sum of reduction="none", each output within its
     oracle bound (bounds.ce_sum_bound, bounds.ce_mean_count_bound, the latter at a quarter scale
-    where mean * count overflows float64). With no counted row, mean is NaN (0 / 0) and sum is 0."""
+    where mean * count overflows float64). With no counted row, mean is NaN (0 / 0), or 0 as the
+    target declares (CE_EMPTY_MEAN), and sum is 0."""
     x, t = case.tensors(target.device)
     kw = dict(label_smoothing=case.label_smoothing)
     none = op_call(case, target, x, t, reduction="none", **kw).double()
@@ -128,8 +129,13 @@ def ce_reductions_agree(case, target):
     # dtype where the float64 sum of the rows exceeds its range is accepted as infinity
     assert_close(case, target, total, none.sum(), B.ce_sum_bound(ts, tn), "sum != sum of reduction='none'", call)
     if count == 0:
-        if not bool(torch.isnan(mean)):
-            fail(case, target, "mean over no counted rows is not NaN", (), math.nan, mean, call=call)
+        if case.empty_mean_zero and not bool(mean == 0):
+            fail(case, target, "mean over no counted rows is not 0, as the target declares (CE_EMPTY_MEAN = 0.0)",
+                 (), 0.0, mean, call=call)
+        if not case.empty_mean_zero and not bool(torch.isnan(mean)):
+            hint = " (a mean of 0 there is a convention: declare CE_EMPTY_MEAN = 0.0 in the target module)" \
+                if bool(mean == 0) else ""
+            fail(case, target, f"mean over no counted rows is not NaN{hint}", (), math.nan, mean, call=call)
         return
     # float64 logits with a loss near finfo.max: mean * count can round past the range where the
     # sum itself does not (e.g. sum = finfo.max, mean = max / 3, 3 * mean = inf);
@@ -481,7 +487,8 @@ def ce_weighted_mean_divides_by_weight_sum(case, target):
     """With weights, reduction="mean" is the weighted sum over the sum of w[t] of the counted rows
     (torch's semantics; not over their count): mean * sum w[t] == sum (the target's own sum,
     without z-loss, whose mean is over the count). Bound: bounds.ce_mean_count_bound with
-    sum w[t] for the count; NaN where sum w[t] is 0."""
+    sum w[t] for the count; NaN where sum w[t] is 0 (0 where no row counts and the target declares
+    CE_EMPTY_MEAN = 0.0)."""
     case = dataclasses.replace(case, z_loss=0.0)
     args = case.tensors(target.device)
     x, t = args
@@ -492,7 +499,12 @@ def ce_weighted_mean_divides_by_weight_sum(case, target):
     mean_case = dataclasses.replace(case, reduction="mean")
     call = f"{mean_case.call_code()}\nout = out.double() * {dw!r}  # vs the same call with reduction='sum'"
     if dw == 0:
-        if not bool(torch.isnan(mean)):
+        none_counted = not bool((t != case.ignore_index).any())
+        if case.empty_mean_zero and none_counted:  # the declared mean of no counted rows
+            if not bool(mean == 0):
+                fail(case, target, "mean over no counted rows is not 0, as the target declares (CE_EMPTY_MEAN = 0.0)",
+                     (), 0.0, mean, call=call)
+        elif not bool(torch.isnan(mean)):
             fail(case, target, "weighted mean where sum w[t] = 0 is not NaN", (), math.nan, mean, call=call)
         return
     _, ts = _truth(dataclasses.replace(case, reduction="sum"), args)

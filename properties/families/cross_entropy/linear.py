@@ -25,7 +25,7 @@ from ...strategies import OFFERED, draw_index, dtypes
 from ...tolerances import agree
 from . import bounds as B
 from .case import CECase, _Code
-from .strategies import ce_option_values, ce_options, ce_targets
+from .strategies import ce_option_values, ce_options, ce_targets, empty_mean_zero
 from .truth import ce_options_mask, ce_default_mask, ce_truth, loss_also
 
 OP = "linear_cross_entropy"
@@ -69,6 +69,7 @@ class LCECase(OpCase):
     softcap: float = None
     logit_scale: float = 1.0
     ce_weight: tuple = None
+    empty_mean_zero: bool = False  # CE_EMPTY_MEAN = 0.0 declared (CECase)
 
     @property
     def dtype_name(self) -> str:
@@ -139,7 +140,7 @@ class LCECase(OpCase):
         logits stand-in holds only the class count, which its weights' tensor reads)."""
         return CECase("cross_entropy", self.dtype, _Classes(self.V), None, self.ignore_index,
                       reduction or self.reduction, self.label_smoothing, None, self.ce_weight, self.z_loss, self.softcap,
-                      self.logit_scale)
+                      self.logit_scale, self.empty_mean_zero)
 
     def family(self) -> str:
         return "normal"
@@ -194,7 +195,7 @@ def lce_cases(draw, max_n=None):
     opts = {back.get(k, k): v for k, v in opts.items()}
     return LCECase(OP, dtype, N, H, V, draw(st.integers(0, 2**16), label="seed"),
                    draw(st.sampled_from([1.0, 4.0, 30.0]), label="scale"), draw(st.booleans(), label="bias"),
-                   targets, ignore_index, reduction, float(eps), **opts)
+                   targets, ignore_index, reduction, float(eps), **opts, empty_mean_zero=empty_mean_zero())
 
 
 def lce_case(draw, spec, families=None, max_cols=None):

@@ -14,7 +14,7 @@ from ...strategies import (BOUNDARIES, FAMILIES, MANY_ROW_COLS, Input, Layout, L
                            special_lengths)
 from ...snippets import built
 from ...spec import lookup
-from ...strategies import OFFERED
+from ...strategies import OFFERED, TARGET
 from .case import CECase
 
 
@@ -38,6 +38,19 @@ CONFIDENT_MAX_V = 16384
 # a marker family: the case draws the options of OpSpec.offered that the target takes, at least
 # one of them on; "ce_options:NAME" also holds that one on (a law about it)
 CE_OPTIONS = "ce_options"
+
+
+def empty_mean_zero() -> bool:
+    """Whether the target declares that a mean over no counted rows is 0 (CE_EMPTY_MEAN = 0.0),
+    not torch's NaN (0 / 0, the default: CE_EMPTY_MEAN = math.nan). Both are conventions: an
+    all-padding batch whose loss is 0 keeps a training step finite (liger-kernel's and fla-core's
+    fused kernels divide by the count clamped to at least 1), and torch keeps the quotient's NaN.
+    The declaration covers the count only: a weighted mean whose counted rows weigh 0 in all stays
+    torch's NaN."""
+    v = getattr(TARGET.module, "CE_EMPTY_MEAN", math.nan)
+    if not (isinstance(v, (int, float)) and (math.isnan(v) or v == 0)):
+        raise ValueError(f"CE_EMPTY_MEAN must be math.nan (the default) or 0.0, got {v!r}")
+    return not math.isnan(v)
 WEIGHT_VALUES = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)  # exact in float16 and bfloat16 too
 
 
@@ -262,7 +275,8 @@ def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False, 
             inp = Input(draw(many_row_logits(n, cols, dtype), label="logits"), (n,), layout)
             targets = draw(ce_target_pattern(n, cols, ignore_index), label="target")
         dl = draw(dlosses(reduction), label="dloss") if op_name == "cross_entropy_backward" else None
-        return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl)
+        return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl,
+                      empty_mean_zero=empty_mean_zero())
     with_options, focus = option_focus(families)
     if with_options:
         families = tuple(f for f in families if not f.startswith(CE_OPTIONS)) or None
@@ -294,4 +308,5 @@ def ce_cases(draw, op_name, families=None, max_cols=None, invalid_target=False, 
         inp = Input(_confident_logits(draw, rows, cols, dtype, targets), inp.batch, inp.layout)
     dl = draw(dlosses(reduction), label="dloss") if op_name == "cross_entropy_backward" else None
     opts = draw(ce_option_values(OFFERED.of(lookup(op_name)), focus), label="ce_options") if with_options else {}
-    return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl, **opts)
+    return CECase(op_name, dtype, inp, targets, ignore_index, reduction, float(eps), dl, **opts,
+                  empty_mean_zero=empty_mean_zero())

@@ -32,7 +32,20 @@ def _rows(x64, t, ign_idx):
     tc = torch.where(ign, 0, t).clamp(0, max(V - 1, 0)).long()
     return p, fin, H, logs, lse, ign, tc
 
+
 def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.depth_any, strict=False):
+    """(truth, bound) in float64 for a CECase at the given (laid-out) tensors (_ce_truth); a mean
+    over no counted rows is NaN (0 / 0), or exactly 0 where the target declares CE_EMPTY_MEAN = 0.0
+    (case.empty_mean_zero; strategies.empty_mean_zero says why both are conventions)."""
+    ref, tol = _ce_truth(case, args, reduction, label_smoothing, depth, strict)
+    red = case.reduction if reduction is None else reduction
+    counted = args[1] != case.ignore_index
+    if case.empty_mean_zero and red == "mean" and not case.spec.is_vjp and not bool(counted.any()):
+        ref, tol = torch.zeros_like(ref), torch.zeros_like(tol)
+    return ref, tol
+
+
+def _ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.depth_any, strict=False):
     """(truth, bound) in float64 for a CECase at the given (laid-out) tensors; the
     reduction and smoothing may be overridden (the forward only); depth: the reduction-depth
     model (tolerances.depth_any: default tier; tolerances.depth: strict). Not strict, the
