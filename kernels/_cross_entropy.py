@@ -717,7 +717,8 @@ def _real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_options(logits, weight, z_loss, softcap, logit_scale, op: str, weight_name: str = "weight") -> "Options | None":
+def check_options(logits, weight, z_loss, softcap, logit_scale, op: str,
+                  weight_name: str = "weight") -> "Options | None":
     """The optional terms validated (after check_args): None where every one is off, else the
     Options the launchers take. No device work. weight_name: the class weights' argument name
     in messages (the fused linear cross-entropy's is ce_weight)."""

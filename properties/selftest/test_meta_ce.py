@@ -93,8 +93,8 @@ def test_lce_rejects_bad_input():
     its class weights are ce_weight in every message (weight is the linear layer's)."""
     lce = kernels.linear_cross_entropy
     h, w, t = torch.randn(2, 4, device=DEV), torch.randn(3, 4, device=DEV), torch.tensor([0, 2], device=DEV)
-    with pytest.raises(ValueError, match=r"linear_cross_entropy: weight must be \(V, H\) with H = hidden.shape\[-1\] = 4, "
-                                         r"got shape \(3, 5\)"):
+    with pytest.raises(ValueError, match=r"linear_cross_entropy: weight must be \(V, H\) with "
+                                         r"H = hidden.shape\[-1\] = 4, got shape \(3, 5\)"):
         lce(h, torch.randn(3, 5, device=DEV), t)
     with pytest.raises(ValueError, match=r"weight must be \(V, H\), got shape \(12,\)"):
         lce(h, torch.randn(12, device=DEV), t)
@@ -106,7 +106,8 @@ def test_lce_rejects_bad_input():
         lce(h, w, t, bias=[0.0, 0.0, 0.0])
     with pytest.raises(ValueError, match=r"target must have shape .*\(2,\).*got \(3,\)"):
         lce(h, w, torch.tensor([0, 1, 2], device=DEV))
-    with pytest.raises(ValueError, match=r"ce_weight must have shape \(V,\) = \(3,\), one weight per class, got \(4,\)"):
+    with pytest.raises(ValueError, match=r"ce_weight must have shape \(V,\) = \(3,\), one weight per class, "
+                                         r"got \(4,\)"):
         lce(h, w, t, ce_weight=torch.ones(4, device=DEV))
     with pytest.raises(TypeError, match=r"ce_weight must be None or a torch.Tensor of 3 class weights, got tuple"):
         lce(h, w, t, ce_weight=(1.0, 1.0, 1.0))

@@ -53,3 +53,20 @@ def ce_args(logits, target, reduction, label_smoothing, dloss=None):
         if tuple(dloss.shape) != want:
             raise ValueError(f"dloss must have the loss's shape {want} (reduction={reduction!r}), got {tuple(dloss.shape)}")
     return logits.shape[-1], tuple(logits.shape[:-1])
+
+
+def lce_args(hidden, weight, target, bias, reduction, label_smoothing):
+    """Check the fused linear cross-entropy's arguments (hidden (..., H), weight (V, H), bias (V,)
+    or None, then ce_args on a stand-in of the logits' shape on the meta device: the fused op's
+    point is that the (N, V) logits are never allocated); returns (V, batch shape)."""
+    float_tensor("hidden", hidden)
+    float_tensor("weight", weight, min_ndim=2)
+    if weight.ndim != 2 or weight.shape[1] != hidden.shape[-1]:
+        raise ValueError(f"weight must be (V, H) with H = hidden's last size {hidden.shape[-1]}, "
+                         f"got {tuple(weight.shape)}")
+    if bias is not None:
+        float_tensor("bias", bias)
+        if tuple(bias.shape) != (weight.shape[0],):
+            raise ValueError(f"bias must be (V,) = ({weight.shape[0]},), got {tuple(bias.shape)}")
+    logits = torch.empty(hidden.shape[:-1] + (weight.shape[0],), dtype=hidden.dtype, device="meta")
+    return ce_args(logits, target, reduction, label_smoothing)

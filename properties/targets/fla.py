@@ -1,4 +1,5 @@
-"""``--target fla``: fla-core 0.6.0's softmax, logsumexp and fused cross-entropy.
+"""``--target fla``: fla-core 0.6.0's softmax, logsumexp, fused cross-entropy and fused linear
+cross-entropy.
 
     python -m pip install -e ".[fla]"          # fla-core==0.6.0 (and einops, which it imports)
     python -m pytest -m properties --target fla
@@ -37,10 +38,10 @@ adapter wraps them in ``input_guard`` too: strided input reaches them as a conti
 fla itself. (Unguarded, ``softmax_fwd`` views a row-padded tensor as contiguous and reads the
 padding: see FINDINGS.md.) ``cross_entropy_loss`` is guarded by fla already.
 
-Declared refusals (``NotImplementedError``, the only ``SUITE_REFUSALS``): float64 for softmax,
-logsumexp and cross-entropy (the fused linear one included), and the fused linear
-cross-entropy's ``reduction="none"`` (its docstring: "'mean' | 'sum'"). fla computes those in float32: its math primitives
-``fla.ops.utils.op.exp`` and ``log`` cast their argument to float32, logsumexp_fwd's partial
+Declared refusals (``NotImplementedError``, the only ``SUITE_REFUSALS``): the fused linear
+cross-entropy's ``reduction="none"`` (its docstring: "'mean' | 'sum'"), and float64 for softmax,
+logsumexp and cross-entropy (the fused linear one included). fla computes those in float32: its
+math primitives ``fla.ops.utils.op.exp`` and ``log`` cast their argument to float32, logsumexp_fwd's partial
 results are a float32 buffer, and cross_entropy_loss documents an FP32 loss. softmax_bwd does its
 arithmetic in the input's dtype, so float64 is tested there.
 
@@ -50,7 +51,7 @@ from __future__ import annotations
 
 import torch
 
-from ._common import ce_args, float_tensor, require, same_shape
+from ._common import ce_args, float_tensor, lce_args, require, same_shape
 
 _ops_utils = require("fla.ops.utils", "fla-core==0.6.0", "fla")
 _fce = require("fla.modules.fused_cross_entropy", "fla-core==0.6.0", "fla")
@@ -131,19 +132,7 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
 
 def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index=-100, reduction="mean",
                          label_smoothing=0.0, softcap=None, logit_scale=1.0):
-    float_tensor("hidden", hidden)
-    float_tensor("weight", weight, min_ndim=2)
-    if weight.ndim != 2 or weight.shape[1] != hidden.shape[-1]:
-        raise ValueError(f"weight must be (V, H) with H = hidden's last size {hidden.shape[-1]}, "
-                         f"got {tuple(weight.shape)}")
-    if bias is not None:
-        float_tensor("bias", bias)
-        if tuple(bias.shape) != (weight.shape[0],):
-            raise ValueError(f"bias must be (V,) = ({weight.shape[0]},), got {tuple(bias.shape)}")
-    # the checks on a stand-in of the logits' shape on the meta device: the fused op never
-    # allocates the (N, V) logits
-    logits = torch.empty(hidden.shape[:-1] + (weight.shape[0],), dtype=hidden.dtype, device="meta")
-    ce_args(logits, target, reduction, label_smoothing)
+    lce_args(hidden, weight, target, bias, reduction, label_smoothing)
     _no_float64("cross-entropy", hidden)
     if reduction == "none":
         raise NotImplementedError("fla's fused linear cross-entropy reduces 'mean' and 'sum' only (its docstring)")

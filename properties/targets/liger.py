@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import torch
 
-from ._common import ce_args, float_tensor, require, same_shape
+from ._common import ce_args, float_tensor, lce_args, require, same_shape
 
 _functional = require("liger_kernel.transformers.functional", "liger-kernel==0.8.5", "liger")
 _softmax_ops = require("liger_kernel.ops.softmax", "liger-kernel==0.8.5", "liger")
@@ -148,19 +148,7 @@ def cross_entropy_backward(logits, target, dloss, *, ignore_index=-100, reductio
 
 def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index=-100, reduction="mean",
                          label_smoothing=0.0, ce_weight=None, z_loss=0.0, softcap=None):
-    float_tensor("hidden", hidden)
-    float_tensor("weight", weight, min_ndim=2)
-    if weight.ndim != 2 or weight.shape[1] != hidden.shape[-1]:
-        raise ValueError(f"weight must be (V, H) with H = hidden's last size {hidden.shape[-1]}, "
-                         f"got {tuple(weight.shape)}")
-    if bias is not None:
-        float_tensor("bias", bias)
-        if tuple(bias.shape) != (weight.shape[0],):
-            raise ValueError(f"bias must be (V,) = ({weight.shape[0]},), got {tuple(bias.shape)}")
-    # the logits' shape and dtype for the checks, on the meta device: the fused op's point is that
-    # the (N, V) logits are never allocated
-    logits = torch.empty(hidden.shape[:-1] + (weight.shape[0],), dtype=hidden.dtype, device="meta")
-    V, batch = ce_args(logits, target, reduction, label_smoothing)
+    V, batch = lce_args(hidden, weight, target, bias, reduction, label_smoothing)
     _check_ce_dtype(hidden)
     h, t = hidden.reshape(-1, hidden.shape[-1]), target.reshape(-1)
     opts = _ce_options(None, z_loss, softcap)

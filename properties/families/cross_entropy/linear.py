@@ -139,8 +139,8 @@ class LCECase(OpCase):
         """The cross-entropy case of the same options (its truth's parameters; no tensors: its
         logits stand-in holds only the class count, which its weights' tensor reads)."""
         return CECase("cross_entropy", self.dtype, _Classes(self.V), None, self.ignore_index,
-                      reduction or self.reduction, self.label_smoothing, None, self.ce_weight, self.z_loss, self.softcap,
-                      self.logit_scale, self.empty_mean_zero)
+                      reduction or self.reduction, self.label_smoothing, None, self.ce_weight, self.z_loss,
+                      self.softcap, self.logit_scale, self.empty_mean_zero)
 
     def family(self) -> str:
         return "normal"
