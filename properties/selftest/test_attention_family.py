@@ -175,3 +175,25 @@ def test_the_autograd_probe_takes_the_first_of_several_outputs():
     assert t.autograd_dtypes("attention") == Target.PROBE_DTYPES
     frozen = Target(_module("frozen", attention=lambda q, k, v: tuple(x.detach() for x in _causal_only(q, k, v))))
     assert t.supports_autograd("attention") and not frozen.supports_autograd("attention")
+
+
+def test_an_lse_in_base_2_is_named_in_the_report():
+    """attention_matches_oracle's report says so when the lse is log2 of the sum (lse x ln 2 is
+    the truth), and not for an lse wrong otherwise (lse + 1)."""
+    from ..failures import PropertyFailure
+    from ..mutants import attn_lse_base2
+    from .meta_support import DEV
+    case = AttnCase("attention", torch.float32, 1, 1, 1, 3, 5, 8, 8, seed=1)
+    base2 = Target(attn_lse_base2)
+    base2.device = DEV
+    with pytest.raises(PropertyFailure, match=r"lse out of bounds .*\(lse times ln 2 matches the truth: base-2 units"):
+        law("attention_matches_oracle").check(case, base2)
+
+    def shifted(q, k, v):
+        o, lse = _attn_base.attention(q, k, v)
+        return o, lse + 1.0
+    off = Target(_module("lse_plus_one", attention=shifted))
+    off.device = DEV
+    with pytest.raises(PropertyFailure) as e:
+        law("attention_matches_oracle").check(case, off)
+    assert "base-2" not in str(e.value)
