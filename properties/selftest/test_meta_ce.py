@@ -119,29 +119,24 @@ def test_lce_rejects_bad_input():
         lce(h, w, torch.tensor([0, 3], device=DEV))
 
 
+def _declaring(**attrs):
+    """A target module holding attrs (functions and declarations)."""
+    import types
+    m = types.ModuleType("declares")
+    m.__dict__.update(attrs)
+    return m
+
+
 def _zero_empty_mean_module(declared: bool):
     """The kernels' cross-entropy with a mean over no counted rows of 0 (liger-kernel's and
     fla-core's fused kernels), declared CE_EMPTY_MEAN = 0.0 or not."""
-    import types
-
     def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         out = kernels.cross_entropy(logits, target, ignore_index=ignore_index, reduction=reduction,
                                     label_smoothing=label_smoothing)
         if reduction == "mean" and not bool((target != ignore_index).any()):
             return torch.zeros_like(out)
         return out
-    m = types.ModuleType("zero_empty_mean" + ("_declared" if declared else ""))
-    m.cross_entropy = cross_entropy
-    if declared:
-        m.CE_EMPTY_MEAN = 0.0
-    return m
-
-
-def _declaring(**attrs):
-    import types
-    m = types.ModuleType("declares")
-    m.__dict__.update(attrs)
-    return m
+    return _declaring(cross_entropy=cross_entropy, **({"CE_EMPTY_MEAN": 0.0} if declared else {}))
 
 
 def test_a_declared_zero_mean_of_no_counted_rows_is_judged_by_it():
@@ -446,7 +441,6 @@ def _lce_dy_dz(z, t, dl, options, reduction, eps):
     dy = oracles.ce.cross_entropy_backward(y, t, dl, -100, reduction, eps, w, z_loss=zl)
     G = oracles.ce.cross_entropy_backward(z, t, dl, -100, reduction, eps, **options)
     return y, J, dy, G
-
 
 
 def _lce_perturbed(N, V, seed, mag, rel, options, reduction, eps):

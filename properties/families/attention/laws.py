@@ -10,8 +10,8 @@ from hypothesis import assume
 
 from softmax_properties.oracles import sdpa
 
-from ...invariants._checks import assert_bitwise, assert_close, check_oracle, op_call, outputs, worst
 from ...failures import PropertyFailure
+from ...invariants._checks import assert_bitwise, assert_close, check_oracle, op_call, outputs, worst
 from ...invariants._registry import fail, invariant
 from ...spec import lse_dtype
 from ...tolerances import agree

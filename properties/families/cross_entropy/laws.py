@@ -109,6 +109,19 @@ def ce_loss_is_lse_minus_target_logit(case, target):
                  f"  # vs target.logsumexp(logits) - logits.gather(-1, labels[..., None])")
 
 
+def _check_empty_mean(case, target, mean, call):
+    """A mean over no counted rows: NaN (0 / 0, torch's), or 0 where the target declares
+    CE_EMPTY_MEAN = 0.0 (strategies.empty_mean_zero)."""
+    if case.empty_mean_zero:
+        if not bool(mean == 0):
+            fail(case, target, "mean over no counted rows is not 0, as the target declares (CE_EMPTY_MEAN = 0.0)",
+                 (), 0.0, mean, call=call)
+    elif not bool(torch.isnan(mean)):
+        hint = " (a mean of 0 there is a convention: declare CE_EMPTY_MEAN = 0.0 in the target module)" \
+            if bool(mean == 0) else ""
+        fail(case, target, f"mean over no counted rows is not NaN{hint}", (), math.nan, mean, call=call)
+
+
 @invariant(loss)
 def ce_reductions_agree(case, target):
     """mean * (number of counted rows) == sum == sum of reduction="none", each output within its
@@ -129,13 +142,7 @@ def ce_reductions_agree(case, target):
     # dtype where the float64 sum of the rows exceeds its range is accepted as infinity
     assert_close(case, target, total, none.sum(), B.ce_sum_bound(ts, tn), "sum != sum of reduction='none'", call)
     if count == 0:
-        if case.empty_mean_zero and not bool(mean == 0):
-            fail(case, target, "mean over no counted rows is not 0, as the target declares (CE_EMPTY_MEAN = 0.0)",
-                 (), 0.0, mean, call=call)
-        if not case.empty_mean_zero and not bool(torch.isnan(mean)):
-            hint = " (a mean of 0 there is a convention: declare CE_EMPTY_MEAN = 0.0 in the target module)" \
-                if bool(mean == 0) else ""
-            fail(case, target, f"mean over no counted rows is not NaN{hint}", (), math.nan, mean, call=call)
+        _check_empty_mean(case, target, mean, call)
         return
     # float64 logits with a loss near finfo.max: mean * count can round past the range where the
     # sum itself does not (e.g. sum = finfo.max, mean = max / 3, 3 * mean = inf);
@@ -499,11 +506,8 @@ def ce_weighted_mean_divides_by_weight_sum(case, target):
     mean_case = dataclasses.replace(case, reduction="mean")
     call = f"{mean_case.call_code()}\nout = out.double() * {dw!r}  # vs the same call with reduction='sum'"
     if dw == 0:
-        none_counted = not bool((t != case.ignore_index).any())
-        if case.empty_mean_zero and none_counted:  # the declared mean of no counted rows
-            if not bool(mean == 0):
-                fail(case, target, "mean over no counted rows is not 0, as the target declares (CE_EMPTY_MEAN = 0.0)",
-                     (), 0.0, mean, call=call)
+        if not bool((t != case.ignore_index).any()):
+            _check_empty_mean(case, target, mean, call)
         elif not bool(torch.isnan(mean)):
             fail(case, target, "weighted mean where sum w[t] = 0 is not NaN", (), math.nan, mean, call=call)
         return

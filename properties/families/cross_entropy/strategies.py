@@ -51,6 +51,8 @@ def empty_mean_zero() -> bool:
     if not (isinstance(v, (int, float)) and (math.isnan(v) or v == 0)):
         raise ValueError(f"CE_EMPTY_MEAN must be math.nan (the default) or 0.0, got {v!r}")
     return not math.isnan(v)
+
+
 WEIGHT_VALUES = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)  # exact in float16 and bfloat16 too
 
 

@@ -39,8 +39,8 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.
     (case.empty_mean_zero; strategies.empty_mean_zero says why both are conventions)."""
     ref, tol = _ce_truth(case, args, reduction, label_smoothing, depth, strict)
     red = case.reduction if reduction is None else reduction
-    counted = args[1] != case.ignore_index
-    if case.empty_mean_zero and red == "mean" and not case.spec.is_vjp and not bool(counted.any()):
+    if (case.empty_mean_zero and red == "mean" and not case.spec.is_vjp
+            and not bool((args[1] != case.ignore_index).any())):
         ref, tol = torch.zeros_like(ref), torch.zeros_like(tol)
     return ref, tol
 
