@@ -157,10 +157,59 @@ def _ranges(a0, BA: tl.constexpr, n_a, n_b, lo_off, hi_off, BB: tl.constexpr):
     return lo, r1, r2, hi
 
 
-# The loops live in the kernels' bodies, not in helper functions: Triton (3.9, sm_90) drops the
+@triton.jit
+def _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+               F64: tl.constexpr, SOFTCAP: tl.constexpr, MASKED: tl.constexpr):
+    """One query block's share of dk and dv (a key block held, [BLOCK_N, BLOCK_M] tiles)."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    sT = tl.dot(k, qT, input_precision="ieee", out_dtype=CT)
+    sT, th = _scores(sT, sc, cm, SOFTCAP)
+    pT = _exp(sT - lse[None, :], F64)
+    if MASKED:
+        pT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), pT, 0.0)
+    dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
+    dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
+    dsT = pT * (dpT - delta[None, :])
+    if SOFTCAP:
+        dsT = dsT * (1 - th * th)
+    if MASKED:
+        dsT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), dsT, 0.0)
+    dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision="ieee", out_dtype=CT)
+    return dk, dv
+
+
+@triton.jit
+def _dq_step(dq, q, do, kT, vT, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+             F64: tl.constexpr, SOFTCAP: tl.constexpr, MASKED: tl.constexpr):
+    """One key block's share of dq (a query block held, [BLOCK_M, BLOCK_N] tiles)."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
+    s, th = _scores(s, sc, cm, SOFTCAP)
+    p = _exp(s - lse[:, None], F64)
+    if MASKED:
+        p = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr), p, 0.0)
+    dp = tl.dot(do, vT, input_precision="ieee", out_dtype=CT)
+    ds = p * (dp - delta[:, None])
+    if SOFTCAP:
+        ds = ds * (1 - th * th)
+    if MASKED:
+        ds = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr), ds, 0.0)
+    dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision="ieee", out_dtype=CT)
+    return dq
+
+
+# The loops and their loads live in the kernels' bodies: Triton (3.9, sm_90) drops the
 # tl.multiple_of / tl.max_contiguous hints made inside a called @triton.jit function, and without
-# them every load is a scalar 2-byte load. A block is masked or not by a uniform branch on its
-# position ([r1, r2) unmasked, _ranges), not by three copies of the loop.
+# them every load is a scalar 2-byte load; the arithmetic of a backward block is in the _step
+# helpers. The forward runs one loop, a block masked or not by a uniform branch on its position
+# ([r1, r2) unmasked, _ranges). The backward kernels run two: the blocks every pair of which is
+# visible ([r1, r2): no mask code, unmasked loads), then the blocks on a mask's edge or a tail
+# (before r1, from r2 on) with the masks, MASKED a constexpr of the step. There the branch cost
+# the pipelined dots their overlap (bf16, L 4096, the same launch shapes: the one-loop backward
+# 0.93-0.96 of the two loops, and the two loops took larger shapes that the branch had made slow,
+# docs/results.md); in the forward two loops read 0.97-1.03 of one. The dk/dv kernel's edge loop
+# is not pipelined (num_stages=1; it visits one or two blocks per program under a causal mask):
+# pipelined, its buffers cost the main loop 3-16 % (32 x 128, D 64 and 128).
 
 
 # ----------------------------------------------------------------------------------------------
@@ -341,19 +390,42 @@ def _attn_bwd_dkdv_kernel(
     dv = tl.zeros([BLOCK_N, BLOCK_DV], CT)
     # the queries that see key j: j - off - wr <= i <= j - off + wl (the transposed problem)
     lo, r1, r2, hi = _ranges(n0, BLOCK_N, Lk, Lq, -off - wr, wl - off, BLOCK_M)
+    n1 = tl.cdiv(tl.maximum(r1 - lo, 0), BLOCK_M)
+    n_edge = n1 + tl.cdiv(tl.maximum(hi - r2, 0), BLOCK_M)
     for g in range(0, G):
         h = hk * G + g
-        qp = Q + b * sqb + h * sqh + (lo + offs_m).to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
-        dop = DO + b * sdb + h * sdh + (lo + offs_m).to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+        Q_h = Q + b * sqb + h * sqh
+        DO_h = DO + b * sdb + h * sdh
         LSE_h = LSE + (b * Hq + h) * Lq
         DELTA_h = DELTA + (b * Hq + h) * Lq
-        for start_m in range(lo, hi, BLOCK_M):
+        # the query blocks every pair of which is visible: no mask, no tail
+        qp = Q_h + (r1 + offs_m).to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
+        dop = DO_h + (r1 + offs_m).to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+        for start_m in range(r1, r2, BLOCK_M):
             rows = start_m + offs_m
             qph = qp
             doph = dop
             if FULL:
                 qph = tl.max_contiguous(tl.multiple_of(qp, [16, 1]), [16, 1])
                 doph = tl.max_contiguous(tl.multiple_of(dop, [1, 16]), [1, 16])
+                qT = tl.load(qph)
+                do = tl.load(doph)
+            else:
+                qT = tl.load(qph, mask=offs_d[:, None] < D, other=0.0)
+                do = tl.load(doph, mask=offs_dv[None, :] < Dv, other=0.0)
+            lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq, F64)
+            dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+                                F64, SOFTCAP, False)
+            qp += tl.cast(sqm, tl.int64) * BLOCK_M
+            dop += tl.cast(sdm, tl.int64) * BLOCK_M
+        # the blocks on a mask's edge or past the end of the queries: before r1, from r2 on
+        for i in tl.range(0, n_edge, num_stages=1):
+            rows = tl.where(i < n1, lo + i * BLOCK_M, r2 + (i - n1) * BLOCK_M) + offs_m
+            qph = Q_h + rows.to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
+            doph = DO_h + rows.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+            if FULL:
+                qph = tl.max_contiguous(tl.multiple_of(qph, [16, 1]), [16, 1])
+                doph = tl.max_contiguous(tl.multiple_of(doph, [1, 16]), [1, 16])
             qmask = rows[None, :] < Lq
             dmask = rows[:, None] < Lq
             if not FULL:
@@ -362,22 +434,8 @@ def _attn_bwd_dkdv_kernel(
             qT = tl.load(qph, mask=qmask, other=0.0)
             do = tl.load(doph, mask=dmask, other=0.0)
             lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq, F64)
-            masked = (start_m < r1) | (start_m >= r2)
-            sT = tl.dot(k, qT, input_precision="ieee", out_dtype=CT)  # [BLOCK_N, BLOCK_M]
-            sT, th = _scores(sT, sc, cm, SOFTCAP)
-            pT = _exp(sT - lse[None, :], F64)
-            if masked:
-                pT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), pT, 0.0)
-            dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
-            dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
-            dsT = pT * (dpT - delta[None, :])
-            if SOFTCAP:
-                dsT = dsT * (1 - th * th)
-            if masked:
-                dsT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), dsT, 0.0)
-            dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision="ieee", out_dtype=CT)
-            qp += tl.cast(sqm, tl.int64) * BLOCK_M
-            dop += tl.cast(sdm, tl.int64) * BLOCK_M
+            dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+                                F64, SOFTCAP, True)
     dk = dk * gs
     dk_ptrs = GA + b * sgb + hk * sgh + cols.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
     dv_ptrs = GB + b * sub + hk * suh + cols.to(tl.int64)[:, None] * sun + offs_dv[None, :].to(tl.int64) * sud
@@ -433,15 +491,35 @@ def _attn_bwd_dq_kernel(
     lse, delta = _row_stats(LSE + bh.to(tl.int64) * Lq, DELTA + bh.to(tl.int64) * Lq, rows, Lq, F64)
     dq = tl.zeros([BLOCK_M, BLOCK_D], CT)
     lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, BLOCK_N)
-    kp = K + b * skb + hk * skh + (lo + offs_n).to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
-    vp = V + b * svb + hk * svh + (lo + offs_n).to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + offs_n
+    K_h = K + b * skb + hk * skh
+    V_h = V + b * svb + hk * svh
+    # the key blocks every pair of which is visible: no mask, no tail
+    kp = K_h + (r1 + offs_n).to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
+    vp = V_h + (r1 + offs_n).to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
+    for start_n in range(r1, r2, BLOCK_N):
         kph = kp
         vph = vp
         if FULL:
             kph = tl.max_contiguous(tl.multiple_of(kp, [16, 1]), [16, 1])
             vph = tl.max_contiguous(tl.multiple_of(vp, [16, 1]), [16, 1])
+            kT = tl.load(kph)
+            vT = tl.load(vph)
+        else:
+            kT = tl.load(kph, mask=offs_d[:, None] < D, other=0.0)
+            vT = tl.load(vph, mask=offs_dv[:, None] < Dv, other=0.0)
+        dq = _dq_step(dq, q, do, kT, vT, lse, delta, rows, start_n + offs_n, sc, cm, Lq, Lk, off, wl, wr,
+                      F64, SOFTCAP, False)
+        kp += tl.cast(skn, tl.int64) * BLOCK_N
+        vp += tl.cast(svn, tl.int64) * BLOCK_N
+    # the blocks on a mask's edge or past the end of the keys: before r1, from r2 on
+    n1 = tl.cdiv(tl.maximum(r1 - lo, 0), BLOCK_N)
+    for i in range(0, n1 + tl.cdiv(tl.maximum(hi - r2, 0), BLOCK_N)):
+        cols = tl.where(i < n1, lo + i * BLOCK_N, r2 + (i - n1) * BLOCK_N) + offs_n
+        kph = K_h + cols.to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
+        vph = V_h + cols.to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
+        if FULL:
+            kph = tl.max_contiguous(tl.multiple_of(kph, [16, 1]), [16, 1])
+            vph = tl.max_contiguous(tl.multiple_of(vph, [16, 1]), [16, 1])
         kmask = cols[None, :] < Lk
         vmask = kmask
         if not FULL:
@@ -449,21 +527,8 @@ def _attn_bwd_dq_kernel(
             vmask = vmask & (offs_dv[:, None] < Dv)
         kT = tl.load(kph, mask=kmask, other=0.0)
         vT = tl.load(vph, mask=vmask, other=0.0)
-        masked = (start_n < r1) | (start_n >= r2)
-        s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
-        s, th = _scores(s, sc, cm, SOFTCAP)
-        p = _exp(s - lse[:, None], F64)
-        if masked:
-            p = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr), p, 0.0)
-        dp = tl.dot(do, vT, input_precision="ieee", out_dtype=CT)
-        ds = p * (dp - delta[:, None])
-        if SOFTCAP:
-            ds = ds * (1 - th * th)
-        if masked:
-            ds = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr), ds, 0.0)
-        dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision="ieee", out_dtype=CT)
-        kp += tl.cast(skn, tl.int64) * BLOCK_N
-        vp += tl.cast(svn, tl.int64) * BLOCK_N
+        dq = _dq_step(dq, q, do, kT, vT, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+                      F64, SOFTCAP, True)
     dq = dq * gs
     dq_ptrs = GA + b * sgb + h * sgh + rows.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
     if FULL:

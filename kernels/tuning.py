@@ -105,9 +105,9 @@ LCE_MIN_CHUNK_ROWS = 2048  # rows per chunk at least, while the chunk's logits (
 
 # ----------------------------------------------------------------------------------------------
 # attention (kernels/_attention.py: fwd_config, bwd_config). (BLOCK_M, BLOCK_N, num_warps,
-# num_stages) by the padded head dimension. 16-bit at head dimensions 64 and 128: the best of
-# `python benchmarks/sweep_attention.py` on an H200 (bf16, L 4096, 30 forward, 48 dk/dv and 40 dq
-# candidates each, docs/results.md); the other dtypes and 256: Triton's fused-attention tutorial
+# num_stages) by the padded head dimension. 16-bit forward at head dimensions 64 and 128: the best
+# of `python benchmarks/sweep_attention.py` on an H200 (bf16, L 4096, 30 forward candidates,
+# docs/results.md); the backward's below; the other dtypes and 256: Triton's fused-attention tutorial
 # and flash-attention 2 shapes on Hopper, not swept (ATTN_KERNELS_FWD / _BWD override)
 # ----------------------------------------------------------------------------------------------
 ATTN_FWD_16 = {64: (128, 64, 8, 3), 128: (128, 64, 8, 3), 256: (64, 64, 8, 2)}  # D 64: 1.39 ms against 1.52 with 4 warps
@@ -116,9 +116,11 @@ ATTN_FWD_64 = {64: (32, 32, 4, 1), 128: (32, 16, 4, 1), 256: (16, 16, 4, 1)}  # 
 # backward: (BLOCK_M1, BLOCK_N1, num_warps, num_stages) of the dk/dv kernel (a key block held,
 # query blocks streamed), then (BLOCK_M2, BLOCK_N2, num_warps, num_stages) of the dq kernel (a
 # query block held, key blocks streamed): two kernels, each its own launch shape. 16-bit, the
-# backward at L 4096 against the tutorial's shapes (32 x 128 / 128 x 32, one launch shape):
-# D 64 5.77 -> 5.52 ms (dk/dv) and -> 5.68 (dq); D 128 5.88 -> 5.26 and -> 4.97
-ATTN_BWD_16 = {64: (32, 64, 4, 3, 64, 32, 4, 4), 128: (32, 64, 4, 3, 64, 32, 4, 5),
+# best of 7 candidates each (of sweep_attention.py's) on an H100 (bf16, L 4096, each kernel's
+# own time, full and causal; docs/results.md): dk/dv 32 x 128 (D 64: 2.58 ms against 2.88 at
+# 64 x 64 and 3.20 at 32 x 64; D 128: 2.35 against 2.58 at 32 x 64), dq 128 x 64 (D 64: 1.35
+# against 1.44 at 64 x 32; D 128: 1.20 against 1.42)
+ATTN_BWD_16 = {64: (32, 128, 4, 3, 128, 64, 4, 3), 128: (32, 128, 8, 3, 128, 64, 8, 3),
                256: (16, 64, 8, 1, 64, 16, 8, 1)}
 ATTN_BWD_32 = {64: (16, 64, 4, 2, 64, 16, 4, 2), 128: (16, 64, 4, 1, 64, 16, 4, 1), 256: (16, 32, 4, 1, 32, 16, 4, 1)}
 ATTN_BWD_64 = {64: (16, 32, 4, 1, 32, 16, 4, 1), 128: (16, 32, 4, 1, 32, 16, 4, 1), 256: (16, 16, 4, 1, 16, 16, 4, 1)}
