@@ -2,8 +2,10 @@
 installed triton, and report any compile error. Catches what the CPU interpreter accepts but the
 compiler refuses (e.g. non-constexpr globals) before a GPU run.
 
-    python benchmarks/compile_check.py
+    python benchmarks/compile_check.py [--attention]    # --attention: the attention kernels only
 """
+
+import sys
 
 import triton
 
@@ -11,6 +13,64 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from softmax_properties.kernels import _softmax as K
 tgt = GPUTarget("cuda", 90, 32)
+_LSE = {"bf16": "fp32", "fp16": "fp32", "fp32": "fp32", "fp64": "fp64"}
+ATTENTION_ONLY = "--attention" in sys.argv[1:]
+
+
+# attention (kernels/_attention.py): forward, the backward's delta, dk/dv and dq kernels, every
+# dtype at its GPU block shapes (kernels/tuning.py) for head dimensions 64, 128 and 256, full
+# blocks with 16-byte vectors (FULL) or not, with and without softcap (the window is a runtime
+# argument)
+def check_attention():
+    import time
+    import torch
+    from softmax_properties.kernels import _attention as AT
+    _TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
+    for dt, bd, full, softcap in (("bf16", 64, True, False), ("bf16", 128, True, True), ("fp16", 128, False, True),
+                                  ("bf16", 256, True, False), ("bf16", 16, True, True), ("fp32", 64, True, False),
+                                  ("fp32", 128, False, True), ("fp64", 64, False, True), ("fp64", 256, True, False)):
+        lse = _LSE[dt]
+        flags = {"F64": dt == "fp64", "SOFTCAP": softcap, "FULL": full, "BLOCK_D": bd, "BLOCK_DV": bd}
+        bm, bn, warps, stages = AT._table(_TORCH[dt], True)[max(bd, 64)]
+        s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": f"*{lse}",
+             **{n: "i32" for n in AT._FWD_INTS},
+             **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2")}}
+        c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
+        try:
+            t0 = time.perf_counter()
+            triton.compile(ASTSource(AT._attn_fwd_kernel, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
+                           options={"num_warps": warps, "num_stages": stages})
+            print(f"attention fwd ok {dt} D={bd} FULL={full} SOFTCAP={softcap} ({time.perf_counter() - t0:.1f} s)")
+        except Exception as e:
+            print("attention fwd FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
+        bm1, bn1, w1, s1, bm2, bn2, w2, s2 = AT._table(_TORCH[dt], False)[max(bd, 64)]
+        s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
+             "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
+             **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
+        for kern, bm, bn, warps, stages in ((AT._attn_bwd_dkdv_kernel, bm1, bn1, w1, s1),
+                                            (AT._attn_bwd_dq_kernel, bm2, bn2, w2, s2)):
+            c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
+            try:
+                t0 = time.perf_counter()
+                triton.compile(ASTSource(kern, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
+                               options={"num_warps": warps, "num_stages": stages})
+                print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap} "
+                      f"({time.perf_counter() - t0:.1f} s)")
+            except Exception as e:
+                print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
+        s = {"O": f"*{dt}", "DO": f"*{dt}", "DLSE": f"*{lse}", "DELTA": f"*{lse}", **{n: "i32" for n in AT._DELTA_INTS}}
+        c = {"F64": dt == "fp64", "HAS_DLSE": full, "BLOCK_R": 16, "BLOCK_DV": bd}
+        try:
+            triton.compile(ASTSource(AT._attn_delta_kernel, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
+                           options={"num_warps": 4})
+            print("attention delta ok", dt, bd)
+        except Exception as e:
+            print("attention delta FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
+
+
+if ATTENTION_ONLY:
+    check_attention()
+    raise SystemExit(0)
 for F64 in (False, True):
     for dt in ("bf16", "fp32") if not F64 else ("fp64",):
         for phase in (0, 1, 2):
@@ -41,7 +101,6 @@ for F64 in (False, True):
 
 # the merge kernels (kernels/_merge.py): every dtype, a few tile shapes, one and two batch axes
 from softmax_properties.kernels import _merge as M
-_LSE = {"bf16": "fp32", "fp16": "fp32", "fp32": "fp32", "fp64": "fp64"}
 for dt in ("bf16", "fp16", "fp32", "fp64"):
     for BR, BD in ((32, 128), (1, 4096), (64, 16)):
         s = {"OA": f"*{dt}", "LA": f"*{_LSE[dt]}", "OB": f"*{dt}", "LB": f"*{_LSE[dt]}", "O": f"*{dt}", "LO": f"*{_LSE[dt]}",
@@ -174,48 +233,4 @@ for dt in ("bf16", "fp16", "fp32", "fp64"):
             except Exception as e:
                 print("merge_states FAIL", dt, BR, BD, two, vec, "SB", sb or "looped", str(e)[-1500:]); raise SystemExit(1)
 
-# attention (kernels/_attention.py): forward, the backward's delta, dk/dv and dq kernels, every
-# dtype at its GPU block shapes (kernels/tuning.py) for head dimensions 64, 128 and 256, full
-# blocks with 16-byte vectors (FULL) or not, with and without softcap (the window is a runtime
-# argument)
-import time
-import torch
-from softmax_properties.kernels import _attention as AT
-_TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
-for dt, bd, full, softcap in (("bf16", 64, True, False), ("bf16", 128, True, True), ("fp16", 128, False, True),
-                              ("bf16", 256, True, False), ("bf16", 16, True, True), ("fp32", 64, True, False),
-                              ("fp32", 128, False, True), ("fp64", 64, False, True), ("fp64", 256, True, False)):
-    lse = _LSE[dt]
-    flags = {"F64": dt == "fp64", "SOFTCAP": softcap, "FULL": full, "BLOCK_D": bd, "BLOCK_DV": bd}
-    bm, bn, warps, stages = AT._table(_TORCH[dt], True)[max(bd, 64)]
-    s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": f"*{lse}", **{n: "i32" for n in AT._FWD_INTS},
-         **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2")}}
-    c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
-    try:
-        t0 = time.perf_counter()
-        triton.compile(ASTSource(AT._attn_fwd_kernel, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
-                       options={"num_warps": warps, "num_stages": stages})
-        print(f"attention fwd ok {dt} D={bd} FULL={full} SOFTCAP={softcap} ({time.perf_counter() - t0:.1f} s)")
-    except Exception as e:
-        print("attention fwd FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
-    bm1, bn1, bm2, bn2, warps, stages = AT._table(_TORCH[dt], False)[max(bd, 64)]
-    s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
-         "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
-         **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
-    for kern, bm, bn in ((AT._attn_bwd_dkdv_kernel, bm1, bn1), (AT._attn_bwd_dq_kernel, bm2, bn2)):
-        c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
-        try:
-            t0 = time.perf_counter()
-            triton.compile(ASTSource(kern, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
-                           options={"num_warps": warps, "num_stages": stages})
-            print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap} ({time.perf_counter() - t0:.1f} s)")
-        except Exception as e:
-            print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
-    s = {"O": f"*{dt}", "DO": f"*{dt}", "DLSE": f"*{lse}", "DELTA": f"*{lse}", **{n: "i32" for n in AT._DELTA_INTS}}
-    c = {"F64": dt == "fp64", "HAS_DLSE": full, "BLOCK_R": 16, "BLOCK_DV": bd}
-    try:
-        triton.compile(ASTSource(AT._attn_delta_kernel, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
-                       options={"num_warps": 4})
-        print("attention delta ok", dt, bd)
-    except Exception as e:
-        print("attention delta FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
+check_attention()

@@ -1,0 +1,121 @@
+"""Each attention kernel's own GPU time (torch.profiler's CUDA kernel times), for tuning one kernel
+without the others' noise: the forward, the backward's delta pass, its dk/dv kernel and its dq
+kernel of kernels.attention, bf16 at the benchmark's shapes (benchmarks/cases_attention.py:
+B * L = 16384, H * D = 2048), full and causal, one line per launch configuration and kernel.
+
+    python benchmarks/attention_kernel_times.py [--ds 64,128] [--L 4096] [--calls 20]
+        [--configs "default;ATTN_KERNELS_BWD=32/128/4/3/128/64/4/3"]
+
+--configs: ';'-separated sets of the tuning overrides (kernels/tuning.py, OVERRIDES; ',' between
+several in one set), "default" for none, each run in this process after a reload of the knobs.
+`--impl flex` times FlexAttention's generated kernels the same way (their names as inductor gives
+them), for the per-kernel comparison the benchmark's totals hide.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+
+import torch
+
+from cases_attention import MODEL_DIM, TOKENS, _flex
+from softmax_properties import kernels
+from softmax_properties.kernels import _launch
+
+
+def kernel_times(fn, calls: int) -> dict:
+    """{kernel name: mean ms per call} of fn's CUDA kernels over `calls` calls (after 3 warm-up
+    calls, which also compile)."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total = collections.defaultdict(float)
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            total[ev.name] += ev.time_range.elapsed_us() / 1e3
+    return {name: t / calls for name, t in total.items()}
+
+
+def run_case(impl: str, D: int, L: int, causal: bool, calls: int) -> dict:
+    B, H = TOKENS // L, MODEL_DIM // D
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_(True)
+               for _ in range(3))
+    g = torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+    if impl == "ours":
+        def fwd():
+            return kernels.attention(q, k, v, causal=causal)
+    else:
+        flex = _flex(L, causal, "cuda")
+
+        def fwd():
+            return flex(q, k, v)
+
+    def step():
+        o = fwd()[0]
+        return torch.autograd.grad(o, (q, k, v), g)
+    return kernel_times(step, calls)
+
+
+def parse_configs(text: str) -> list:
+    out = []
+    for item in text.split(";"):
+        item = item.strip()
+        if not item:
+            continue
+        env = {}
+        if item != "default":
+            for pair in item.split(","):
+                name, sep, value = pair.partition("=")
+                if not sep or not name.strip():
+                    raise SystemExit(f"--configs: expected NAME=VALUE pairs or 'default', got {pair!r}")
+                env[name.strip()] = value.strip()
+        out.append((item, env))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ds", default="64,128", help="comma-separated head dimensions")
+    ap.add_argument("--L", type=int, default=4096, help="sequence length (queries and keys)")
+    ap.add_argument("--calls", type=int, default=20, help="profiled calls per case")
+    ap.add_argument("--configs", default="default", help="';'-separated override sets")
+    ap.add_argument("--impl", default="ours", choices=("ours", "flex"))
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("attention_kernel_times.py times CUDA kernels: it needs a GPU")
+    if args.L <= 0 or TOKENS % args.L:
+        raise SystemExit(f"--L: expected a positive divisor of {TOKENS}, got {args.L}")
+    ds = [int(d) for d in args.ds.split(",")]
+    for d in ds:
+        if d <= 0 or MODEL_DIM % d:
+            raise SystemExit(f"--ds: expected positive divisors of {MODEL_DIM}, got {d}")
+    configs = parse_configs(args.configs) if args.impl == "ours" else [("default", {})]
+    for label, env in configs:
+        saved = {name: os.environ.get(name) for name in env}
+        os.environ.update(env)
+        _launch.reload_knobs()
+        try:
+            for D in ds:
+                for causal in (False, True):
+                    times = run_case(args.impl, D, args.L, causal, args.calls)
+                    case = f"{args.impl} D={D} L={args.L}{' causal' if causal else ''} [{label}]"
+                    for name, ms in sorted(times.items(), key=lambda kv: -kv[1]):
+                        print(f"{case}: {ms:7.3f} ms  {name[:90]}")
+                    print(f"{case}: {sum(times.values()):7.3f} ms  all kernels", flush=True)
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            _launch.reload_knobs()
+
+
+if __name__ == "__main__":
+    main()
