@@ -7,7 +7,7 @@ B * L = 16384, H * D = 2048), full and causal, one line per launch configuration
         [--configs "default;ATTN_KERNELS_BWD=32/128/4/3/128/64/4/3"]
 
 --configs: ';'-separated sets of the tuning overrides (kernels/tuning.py, OVERRIDES; ',' between
-several in one set), "default" for none, each run in this process after a reload of the knobs.
+several in one set), "default" for none, each applied as benchmarks/sweep.py applies its settings.
 `--impl flex` times FlexAttention's generated kernels the same way (their names as inductor gives
 them), for the per-kernel comparison the benchmark's totals hide.
 """
@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 
 import torch
 
 from cases_attention import MODEL_DIM, TOKENS, _flex
 from softmax_properties import kernels
-from softmax_properties.kernels import _launch
+from sweep import applied
 
 
 def kernel_times(fn, calls: int) -> dict:
@@ -62,23 +61,6 @@ def run_case(impl: str, D: int, L: int, causal: bool, calls: int) -> dict:
     return kernel_times(step, calls)
 
 
-def parse_configs(text: str) -> list:
-    out = []
-    for item in text.split(";"):
-        item = item.strip()
-        if not item:
-            continue
-        env = {}
-        if item != "default":
-            for pair in item.split(","):
-                name, sep, value = pair.partition("=")
-                if not sep or not name.strip():
-                    raise SystemExit(f"--configs: expected NAME=VALUE pairs or 'default', got {pair!r}")
-                env[name.strip()] = value.strip()
-        out.append((item, env))
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ds", default="64,128", help="comma-separated head dimensions")
@@ -95,12 +77,12 @@ def main():
     for d in ds:
         if d <= 0 or MODEL_DIM % d:
             raise SystemExit(f"--ds: expected positive divisors of {MODEL_DIM}, got {d}")
-    configs = parse_configs(args.configs) if args.impl == "ours" else [("default", {})]
-    for label, env in configs:
-        saved = {name: os.environ.get(name) for name in env}
-        os.environ.update(env)
-        _launch.reload_knobs()
-        try:
+    configs = [c.strip() for c in args.configs.split(";") if c.strip()] if args.impl == "ours" else ["default"]
+    for label in configs:
+        if label != "default" and "=" not in label:
+            raise SystemExit(f"--configs: expected 'default' or NAME=VALUE[,NAME=VALUE], got {label!r}")
+    for label in configs:
+        with applied(label):
             for D in ds:
                 for causal in (False, True):
                     times = run_case(args.impl, D, args.L, causal, args.calls)
@@ -108,13 +90,6 @@ def main():
                     for name, ms in sorted(times.items(), key=lambda kv: -kv[1]):
                         print(f"{case}: {ms:7.3f} ms  {name[:90]}")
                     print(f"{case}: {sum(times.values()):7.3f} ms  all kernels", flush=True)
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            _launch.reload_knobs()
 
 
 if __name__ == "__main__":
