@@ -1,5 +1,5 @@
 """Each attention kernel's own GPU time (torch.profiler's CUDA kernel times), for tuning one kernel
-without the others' noise: the forward, the backward's delta pass, its dk/dv kernel and its dq
+without the others' noise: the forward, the backward's dq kernel (with its delta) and its dk/dv
 kernel of kernels.attention, bf16 at the benchmark's shapes (benchmarks/cases_attention.py:
 B * L = 16384, H * D = 2048), full and causal, one line per launch configuration and kernel.
 

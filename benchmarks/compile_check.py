@@ -17,7 +17,7 @@ _LSE = {"bf16": "fp32", "fp16": "fp32", "fp32": "fp32", "fp64": "fp64"}
 ATTENTION_ONLY = "--attention" in sys.argv[1:]
 
 
-# attention (kernels/_attention.py): forward, the backward's delta, dk/dv and dq kernels, every
+# attention (kernels/_attention.py): forward, the backward's dq (with delta) and dk/dv kernels, every
 # dtype at its GPU block shapes (kernels/tuning.py) for head dimensions 64, 128 and 256, full
 # blocks with 16-byte vectors (FULL) or not, with and without softcap (the window is a runtime
 # argument)
@@ -47,26 +47,21 @@ def check_attention():
         s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
              "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
              **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
-        for kern, bm, bn, warps, stages in ((AT._attn_bwd_dkdv_kernel, bm1, bn1, w1, s1),
-                                            (AT._attn_bwd_dq_kernel, bm2, bn2, w2, s2)):
+        sq = {n: t for n, t in s.items() if n not in ("GB", "sub", "suh", "sun", "sud")}
+        sq.update(O=f"*{dt}", DLSE=f"*{lse}", **{n: "i32" for n in AT._DQ_INTS})
+        for kern, sig, bm, bn, warps, stages in ((AT._attn_bwd_dkdv_kernel, s, bm1, bn1, w1, s1),
+                                                 (AT._attn_bwd_dq_kernel, sq, bm2, bn2, w2, s2)):
             c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
+            if kern is AT._attn_bwd_dq_kernel:
+                c["HAS_DLSE"] = full
             try:
                 t0 = time.perf_counter()
-                triton.compile(ASTSource(kern, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
+                triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c), target=tgt,
                                options={"num_warps": warps, "num_stages": stages})
                 print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap} "
                       f"({time.perf_counter() - t0:.1f} s)")
             except Exception as e:
                 print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
-        s = {"O": f"*{dt}", "DO": f"*{dt}", "DLSE": f"*{lse}", "DELTA": f"*{lse}", **{n: "i32" for n in AT._DELTA_INTS}}
-        c = {"F64": dt == "fp64", "HAS_DLSE": full, "BLOCK_R": 16, "BLOCK_DV": bd}
-        try:
-            triton.compile(ASTSource(AT._attn_delta_kernel, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
-                           options={"num_warps": 4})
-            print("attention delta ok", dt, bd)
-        except Exception as e:
-            print("attention delta FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
-
 
 if ATTENTION_ONLY:
     check_attention()

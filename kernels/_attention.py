@@ -21,11 +21,11 @@ whose visible scores are all -inf (or a fully masked block) forms exp2(-inf - 0)
 NaN o and lse = +inf. P is rounded to the input dtype for the P V product in 16-bit (as every
 flash kernel does); float32 dots run with input_precision="ieee"; float64 dots in float64.
 
-Backward (the standard design, no atomics, so results are deterministic): a preprocess
-delta_i = rowsum(o_i * do_i) - dlse_i (float32; float64 for float64), then one kernel for dk and
-dv (a program holds BLOCK_N1 keys of one key/value head and streams the query blocks of every
-query head of its group) and one for dq (a program holds BLOCK_M2 queries and streams the key
-blocks), each recomputing P = exp(s - lse) from the forward's lse. A gradient of lse (autograd,
+Backward (the standard design, no atomics, so results are deterministic): one kernel for dq (a
+program holds BLOCK_M2 queries and streams the key blocks), which first forms its rows'
+delta_i = rowsum(o_i * do_i) - dlse_i (float32; float64 for float64) and stores it, then one for
+dk and dv (a program holds BLOCK_N1 keys of one key/value head and streams the query blocks of
+every query head of its group), each recomputing P = exp(s - lse) from the forward's lse. A gradient of lse (autograd,
 when lse is used) enters as dS = P (dP - delta + dlse).
 
 Keys a query cannot see never enter its row's arithmetic as scores (masked to -inf, so NaN in an
@@ -57,8 +57,9 @@ _BWD_INTS = ["sqb", "sqh", "sqm", "sqd", "skb", "skh", "skn", "skd", "svb", "svh
              "sdb", "sdh", "sdm", "sdd", "sgb", "sgh", "sgn", "sgd", "sub", "suh", "sun", "sud",
              "Hq", "Hkv", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr"]
 _BWD_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "GB"]
-_DELTA_INTS = ["n_rows", "Hq", "Lq", "Dv", "sob", "soh", "som", "sod", "sdb", "sdh", "sdm", "sdd", "sl0"]
-_DELTA_PTRS = ["O", "DO", "DLSE", "DELTA"]
+# the dq kernel: o (in the dk/dv kernel's GB slot, with its strides) and dlse for delta, no dv
+_DQ_INTS = [{"sub": "sob", "suh": "soh", "sun": "som", "sud": "sod"}.get(n, n) for n in _BWD_INTS]
+_DQ_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "O", "DLSE"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -310,41 +311,19 @@ def _attn_fwd_kernel(
 # ----------------------------------------------------------------------------------------------
 # backward
 # ----------------------------------------------------------------------------------------------
-@triton.jit(do_not_specialize=_DELTA_INTS, do_not_specialize_on_alignment=_DELTA_INTS + _DELTA_PTRS)
-def _attn_delta_kernel(O, DO, DLSE, DELTA, n_rows, Hq, Lq, Dv,
-                       sob, soh, som, sod, sdb, sdh, sdm, sdd, sl0,
-                       F64: tl.constexpr, HAS_DLSE: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_DV: tl.constexpr):
-    """delta_r = sum_d o[r, d] do[r, d] (- dlse[r]) for the rows r = (b, h, i) of (B, Hq, Lq)."""
-    CT: tl.constexpr = tl.float64 if F64 else tl.float32
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    rmask = rows < n_rows
-    i = rows % Lq
-    bh = rows // Lq
-    b = bh // Hq
-    h = bh % Hq
-    cols = tl.arange(0, BLOCK_DV)
-    acc = tl.zeros([BLOCK_R], CT)
-    for start in range(0, Dv, BLOCK_DV):
-        c = (start + cols).to(tl.int64)
-        mask = rmask[:, None] & (c[None, :] < Dv)
-        o = tl.load(O + (b * sob + h * soh + i * som)[:, None] + c[None, :] * sod, mask=mask, other=0.0)
-        g = tl.load(DO + (b * sdb + h * sdh + i * sdm)[:, None] + c[None, :] * sdd, mask=mask, other=0.0)
-        acc += tl.sum(o.to(CT) * g.to(CT), 1)
-    if HAS_DLSE:
-        acc -= tl.load(DLSE + rows * sl0, mask=rmask, other=0.0).to(CT)
-    tl.store(DELTA + rows, acc, mask=rmask)
+@triton.jit
+def _row_lse(LSE_h, rows, Lq):
+    """The rows' lse as the backward uses it: -inf (a row that sees no key, or only -inf scores)
+    becomes +inf, so exp(s - lse) = 0; +inf (a +inf score) becomes NaN, so the row's P is NaN,
+    as the definition's."""
+    lse = tl.load(LSE_h + rows, mask=rows < Lq, other=0.0)
+    return tl.where(lse == float("-inf"), float("inf"), tl.where(lse == float("inf"), float("nan"), lse))
 
 
 @triton.jit
-def _row_stats(LSE_h, DELTA_h, rows, Lq, F64: tl.constexpr):
-    """The rows' lse and delta. lse = -inf (a row that sees no key,
-    or only -inf scores) becomes +inf, so exp(s - lse) = 0; +inf (a +inf score) becomes NaN, so
-    the row's P is NaN, as the definition's."""
-    rmask = rows < Lq
-    lse = tl.load(LSE_h + rows, mask=rmask, other=0.0)
-    delta = tl.load(DELTA_h + rows, mask=rmask, other=0.0)
-    lse = tl.where(lse == float("-inf"), float("inf"), tl.where(lse == float("inf"), float("nan"), lse))
-    return lse, delta
+def _row_stats(LSE_h, DELTA_h, rows, Lq):
+    """The rows' lse (_row_lse) and delta (written by the dq kernel)."""
+    return _row_lse(LSE_h, rows, Lq), tl.load(DELTA_h + rows, mask=rows < Lq, other=0.0)
 
 
 @triton.jit(do_not_specialize=_BWD_INTS, do_not_specialize_on_alignment=_BWD_INTS + _BWD_PTRS)
@@ -413,7 +392,7 @@ def _attn_bwd_dkdv_kernel(
             else:
                 qT = tl.load(qph, mask=offs_d[:, None] < D, other=0.0)
                 do = tl.load(doph, mask=offs_dv[None, :] < Dv, other=0.0)
-            lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq, F64)
+            lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
             dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
                                 F64, SOFTCAP, False)
             qp += tl.cast(sqm, tl.int64) * BLOCK_M
@@ -433,7 +412,7 @@ def _attn_bwd_dkdv_kernel(
                 dmask = dmask & (offs_dv[None, :] < Dv)
             qT = tl.load(qph, mask=qmask, other=0.0)
             do = tl.load(doph, mask=dmask, other=0.0)
-            lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq, F64)
+            lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
             dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
                                 F64, SOFTCAP, True)
     dk = dk * gs
@@ -446,17 +425,18 @@ def _attn_bwd_dkdv_kernel(
     tl.store(dv_ptrs, to_out(dv, GB.dtype.element_ty), mask=vmask)
 
 
-@triton.jit(do_not_specialize=_BWD_INTS, do_not_specialize_on_alignment=_BWD_INTS + _BWD_PTRS)
+@triton.jit(do_not_specialize=_DQ_INTS, do_not_specialize_on_alignment=_DQ_INTS + _DQ_PTRS)
 def _attn_bwd_dq_kernel(
-    Q, K, V, DO, LSE, DELTA, GA, GB,
+    Q, K, V, DO, LSE, DELTA, GA, O, DLSE,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
-    sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sub, suh, sun, sud,
+    sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sob, soh, som, sod,
     Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
-    F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
+    F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr, HAS_DLSE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
-    """dq (GA) of BLOCK_M queries of one head (GB is unused: the dk/dv kernel's signature)."""
+    """dq (GA) of BLOCK_M queries of one head, and first their delta = rowsum(o do) - dlse
+    (DELTA, for the dk/dv kernel launched after this one)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     n_mb = tl.cdiv(Lq, BLOCK_M)
     pid = tl.program_id(0)
@@ -483,12 +463,21 @@ def _attn_bwd_dq_kernel(
         dmask = dmask & (offs_dv[None, :] < Dv)
     q_ptrs = Q + b * sqb + h * sqh + rows.to(tl.int64)[:, None] * sqm + offs_d[None, :].to(tl.int64) * sqd
     do_ptrs = DO + b * sdb + h * sdh + rows.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+    o_ptrs = O + b * sob + h * soh + rows.to(tl.int64)[:, None] * som + offs_dv[None, :].to(tl.int64) * sod
     if FULL:
         q_ptrs = tl.max_contiguous(tl.multiple_of(q_ptrs, [1, 16]), [1, 16])
         do_ptrs = tl.max_contiguous(tl.multiple_of(do_ptrs, [1, 16]), [1, 16])
+        o_ptrs = tl.max_contiguous(tl.multiple_of(o_ptrs, [1, 16]), [1, 16])
     q = tl.load(q_ptrs, mask=qmask, other=0.0)
     do = tl.load(do_ptrs, mask=dmask, other=0.0)
-    lse, delta = _row_stats(LSE + bh.to(tl.int64) * Lq, DELTA + bh.to(tl.int64) * Lq, rows, Lq, F64)
+    o = tl.load(o_ptrs, mask=dmask, other=0.0)
+    # delta here, not in a pass of its own: its rows are this program's, o one more tile to read
+    delta = tl.sum(o.to(CT) * do.to(CT), 1)
+    rrow = bh.to(tl.int64) * Lq + rows
+    if HAS_DLSE:
+        delta -= tl.load(DLSE + rrow, mask=rows < Lq, other=0.0).to(CT)
+    tl.store(DELTA + rrow, delta, mask=rows < Lq)
+    lse = _row_lse(LSE + bh.to(tl.int64) * Lq, rows, Lq)
     dq = tl.zeros([BLOCK_M, BLOCK_D], CT)
     lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, BLOCK_N)
     K_h = K + b * skb + hk * skh
@@ -537,7 +526,7 @@ def _attn_bwd_dq_kernel(
 
 
 
-JIT_KERNELS = L.register_jit(_attn_fwd_kernel, _attn_delta_kernel, _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel)
+JIT_KERNELS = L.register_jit(_attn_fwd_kernel, _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -774,29 +763,24 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     CT = _lse_dtype(q.dtype)
     lse = lse.contiguous()
     delta = torch.empty((B, Hq, Lq), dtype=CT, device=q.device)
-    n_rows = B * Hq * Lq
-    bdv = _padded(Dv)
-    br = max(1, T.ATTN_DELTA_TILE // bdv)
     has_dlse = dlse is not None
     dl = dlse.to(CT).contiguous() if has_dlse else delta
-    _launch(_attn_delta_kernel, (triton.cdiv(n_rows, br),),
-            (o, do, dl, delta, n_rows, Hq, Lq, Dv, *o.stride(), *do.stride(), 1),
-            dict(F64=F64, HAS_DLSE=has_dlse, BLOCK_R=br, BLOCK_DV=bdv), 4, 1)
     bm1, bn1, warps1, stages1, bm2, bn2, warps2, stages2 = bwd_config(q.dtype, D, Dv)
     bd = bdv = _head_block(D, Dv)
     off, wl, wr = _mask_args(Lq, Lk, left, right)
-    full = _full((q, k, v, do, dq, dk, dv), D, Dv, bd, bdv)
+    full = _full((q, k, v, o, do, dq, dk, dv), D, Dv, bd, bdv)
     L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
                    BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap))
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
     const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
+    # dq first: it writes the delta the dk/dv kernel reads
+    _launch(_attn_bwd_dq_kernel, _grid(triton.cdiv(Lq, bm2), B * Hq),
+            (q, k, v, do, lse, delta, dq, o, dl, *common, *dq.stride(), *o.stride(), *ints),
+            dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
     _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
             (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
             dict(const, BLOCK_M=bm1, BLOCK_N=bn1), warps1, stages1)
-    _launch(_attn_bwd_dq_kernel, _grid(triton.cdiv(Lq, bm2), B * Hq),
-            (q, k, v, do, lse, delta, dq, dv, *common, *dq.stride(), *dv.stride(), *ints),
-            dict(const, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
     return dq, dk, dv
 
 

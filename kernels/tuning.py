@@ -128,7 +128,7 @@ ATTN_BWD_64 = {64: (16, 32, 4, 1, 32, 16, 4, 1), 128: (16, 32, 4, 1, 32, 16, 4, 
 # and the masked and unmasked loops on short sequences (its time goes per program and operation)
 ATTN_FWD_INTERPRETER = (32, 16, 4, 1)
 ATTN_BWD_INTERPRETER = (16, 32, 4, 1, 32, 16, 4, 1)
-ATTN_DELTA_TILE = 2048  # delta = rowsum(o * do) of the backward's preprocess: elements per program
+
 
 # ----------------------------------------------------------------------------------------------
 # the environment overrides: every variable read, by its full name, and what it replaces
