@@ -237,17 +237,19 @@ def attention_abs(q, k, v, **options) -> torch.Tensor:
 
 
 def attention_backward(q, k, v, do, *, causal=False, scale=None, window=None, softcap=None,
-                       causal_alignment="bottom_right"):
-    """(dq, dk, dv) in float64, the VJP of ``attention``'s o with cotangent do (B, Hq, Lq, Dv):
+                       causal_alignment="bottom_right", dlse=None):
+    """(dq, dk, dv) in float64, the VJP of ``attention``'s o with cotangent do (B, Hq, Lq, Dv),
+    and of its lse with cotangent dlse (B, Hq, Lq) when given:
 
         dv_j = sum_i P_ij do_i            dP_ij = do_i . v_j        Delta_i = sum_j P_ij dP_ij
-        dU_ij = P_ij (dP_ij - Delta_i)    (0 for invisible pairs)
+        dU_ij = P_ij (dP_ij - Delta_i + dlse_i)    (0 for invisible pairs; d lse_i / d u_ij = P_ij)
         dT_ij = dU_ij (1 - tanh^2(t_ij / c))   with softcap c, else dU_ij
         dq_i = scale sum_j dT_ij k_j      dk_j = scale sum_i dT_ij q_i
 
     with dk, dv summed over the query heads of each key/value head. A row without a visible key
     contributes nothing; a row whose P is NaN (NaN or +inf scores) gives NaN where it reaches.
-    The cotangent of lse is not taken (lse is an output for merges, not a loss term)."""
+    lse's cotangent matters where a merge's weights come from the parts' lse (ring attention,
+    split-KV through autograd)."""
     q, k, v, scale, softcap, g, vis, t, u = _prepare(q, k, v, causal, scale, window, softcap, causal_alignment)
     if tuple(do.shape) != tuple(q.shape[:3]) + (v.shape[3],):
         raise ValueError(f"do must have o's shape {tuple(q.shape[:3]) + (v.shape[3],)}, got {tuple(do.shape)}")
@@ -261,6 +263,11 @@ def attention_backward(q, k, v, do, *, causal=False, scale=None, window=None, so
     # dP at an invisible pair may be NaN (a non-finite v_j): every use below selects it away
     dp = torch.einsum("bhid,bhjd->bhij", do, ve)
     delta = row_sum(torch.where(vis, p * dp, 0.0), keepdim=True)
+    if dlse is not None:
+        want = tuple(q.shape[:3])
+        if tuple(dlse.shape) != want:
+            raise ValueError(f"dlse must have lse's shape {want}, got {tuple(dlse.shape)}")
+        delta = delta - dlse.to(torch.float64)[..., None]
     du = torch.where(vis, p * (dp - delta), 0.0)
     dt = du * (1 - torch.tanh(t / softcap) ** 2) if softcap else du
     dt = torch.where(vis, dt, 0.0)

@@ -63,13 +63,15 @@ def attention(q, k, v, *, causal=False, scale=None, window=None, softcap=None):
     return finish(s, v, ct, g, q.dtype)
 
 
-def backward_of(fwd, q, k, v, do, **options):
-    """(dq, dk, dv) by autograd through fwd's o, in the compute dtype, rounded to the inputs'."""
+def backward_of(fwd, q, k, v, do, dlse=None, **options):
+    """(dq, dk, dv) by autograd through fwd's o (and its lse, with dlse), in the compute dtype,
+    rounded to the inputs'."""
     ct = lse_dtype(q.dtype)
     qq, kk, vv = (t.detach().to(ct).requires_grad_(True) for t in (q, k, v))
     with torch.enable_grad():
-        o, _ = fwd(qq, kk, vv, **options)
-        grads = torch.autograd.grad(o, (qq, kk, vv), do.to(ct), allow_unused=True)
+        o, lse = fwd(qq, kk, vv, **options)
+        outs, cots = ((o, lse), (do.to(ct), dlse.to(lse.dtype))) if dlse is not None else ((o,), (do.to(ct),))
+        grads = torch.autograd.grad(outs, (qq, kk, vv), cots, allow_unused=True)
     return tuple((torch.zeros_like(t) if gr is None else gr).to(t.dtype) for gr, t in zip(grads, (q, k, v)))
 
 
@@ -77,10 +79,12 @@ def attention_backward(q, k, v, o, lse, do, *, causal=False, scale=None, window=
     return backward_of(attention, q, k, v, do, causal=causal, scale=scale, window=window, softcap=softcap)
 
 
-def with_backward(bug):
+def with_backward(bug, drop_dlse=False):
     """attention(q, k, v, ...) as a custom autograd Function: the forward is this composition's,
-    the backward its exact (dq, dk, dv) passed through bug(needs_input_grad, dq, dk, dv), which
-    returns the mutant's (dq, dk, dv) (needs_input_grad: autograd's flags for q, k, v)."""
+    the backward its exact (dq, dk, dv) (through o, and lse when lse has a cotangent) passed
+    through bug(needs_input_grad, dq, dk, dv), which returns the mutant's (dq, dk, dv)
+    (needs_input_grad: autograd's flags for q, k, v); drop_dlse: the backward ignores lse's
+    cotangent."""
     class _Attention(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v, causal, scale, window, softcap):
@@ -91,7 +95,8 @@ def with_backward(bug):
         @staticmethod
         def backward(ctx, do, dlse):
             q, k, v = ctx.saved_tensors
-            grads = bug(ctx.needs_input_grad[:3], *backward_of(attention, q, k, v, do, **ctx.opts))
+            dlse = None if drop_dlse else dlse
+            grads = bug(ctx.needs_input_grad[:3], *backward_of(attention, q, k, v, do, dlse, **ctx.opts))
             return (*grads, None, None, None, None)
 
     def fn(q, k, v, *, causal=False, scale=None, window=None, softcap=None):

@@ -50,6 +50,14 @@ sum_i dT_ij q_i and dv_j = sum_i P_ij do_i, summed over the G query heads of a k
 likewise with dep_(G Lq). The explicit backward's P is formed from the given lse (float32): its
 rounding, u |lse_i|, adds to the exponent of dP.
 
+lse's cotangent dlse_i (autograd through lse) adds P_ij dlse_i to dS_ij: a kernel folds it into
+Delta (Delta_i - dlse_i, one more rounding: + u (|Delta_i| + |dlse_i|) in eps_Delta_i), a
+composition adds lse's gradient P_ij dlse_i (with P's own error) to the softmax's and rounds the
+sum, in 16 bits for 16-bit scores. So dP_ij |dP_ij - Delta_i| becomes dP_ij (|dP_ij - Delta_i| +
+|dlse_i|) (|a + b| <= |a| + |b| covers both routes), and the roundings of the two shares and their
+sum add (u + 2 u_in) (|P_ij (dP_ij - Delta_i)| + P_ij |dlse_i|) (u + 2u where u_in = 0), a term
+taken only with dlse: without it the bound is the one above.
+
 Each bound is also evaluated at tolerances.U_ORACLE (the FP64 oracle's own error) and added."""
 from __future__ import annotations
 
@@ -157,9 +165,10 @@ def forward_eps(p: Pieces, dtype, strict: bool):
     return torch.nan_to_num(eo, nan=0.0), torch.nan_to_num(el, nan=0.0)
 
 
-def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool):
+def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool, dlse=None):
     """(eps_dq, eps_dk, eps_dv) before the final rounding (module docstring). do: float64
-    cotangent; o_ref: the FP64 o; eps_o: forward_eps's bound on o."""
+    cotangent; o_ref: the FP64 o; eps_o: forward_eps's bound on o; dlse: lse's cotangent
+    (module docstring: it enters dS beside dP - Delta, either way)."""
     case = p.case
     g = case.group
     B, Hq, Lq, D = p.q.shape
@@ -168,7 +177,11 @@ def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool):
     dPv = torch.einsum("bhid,bhjd->bhij", do, p.ve)
     Bd = torch.einsum("bhid,bhjd->bhij", do.abs(), p.ve.abs())
     delta = (p.P * dPv).sum(-1)
-    dS = p.P * (dPv - delta[..., None])
+    gl = torch.zeros_like(delta) if dlse is None else dlse.detach().to(torch.float64).to(delta.device)
+    dS = p.P * (dPv - delta[..., None] + gl[..., None])
+    # with dlse: the two shares of dS (o's cotangent's, lse's P dlse), which a composition forms
+    # and rounds apart
+    shares = 0.0 if dlse is None else (p.P * (dPv - delta[..., None])).abs() + p.P * gl.abs()[..., None]
     f = 1 - torch.tanh(p.t / case.softcap) ** 2 if case.softcap else None
     dT = dS * f if f is not None else dS
     ulp_o = tolerances.ulp(o_ref, dtype)
@@ -182,9 +195,10 @@ def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool):
         dP = _weights_error(p, E, u, u_P, dep_L, extra=lse_round, ftz=_ftz(dtype, u))
         F = (dep_Dv * u + n_in * u_in) * Bd
         e_delta = ((dP * dPv.abs()).sum(-1) + (p.P * F).sum(-1) + dep_L * u * (p.P * dPv.abs()).sum(-1)
-                   + ((eps_o + ulp_o) * do.abs()).sum(-1) + dep_Dv * u * (o_ref.abs() * do.abs()).sum(-1))
-        e_dS = (dP * (dPv - delta[..., None]).abs() + p.P * (F + e_delta[..., None]) + (3 * u + u_r) * dS.abs()
-                + _ftz(dtype, u))
+                   + ((eps_o + ulp_o) * do.abs()).sum(-1) + dep_Dv * u * (o_ref.abs() * do.abs()).sum(-1)
+                   + u * (delta.abs() + gl.abs()))
+        e_dS = (dP * ((dPv - delta[..., None]).abs() + gl.abs()[..., None]) + p.P * (F + e_delta[..., None])
+                + (3 * u + u_r) * dS.abs() + (u + 2 * u_r) * shares + _ftz(dtype, u))
         if f is not None:
             e_dT = e_dS * f + dS.abs() * (0.77 * E / case.softcap + 6 * u)
         else:

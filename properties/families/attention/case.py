@@ -110,6 +110,16 @@ class AttnCase(OpCase):
             src += "[:, :1].expand(" + repr(shape) + ")"
         return f"V = ({src} * {self.mags[i]!r}).to({dt}).to(device)"
 
+    def dlse_code(self) -> str:
+        """Code leaving in dlse a cotangent of lse (B, Hq, Lq) in lse's dtype: seeded normal values
+        (a seed no tensor of any case uses) times do's magnitude."""
+        dt = f"torch.{str(lse_dtype(self.dtype)).replace('torch.', '')}"
+        src = _seeded_code(-1 - self.seed, (self.B, self.Hq, self.Lq))
+        return f"dlse = ({src} * {self.mags[3]!r}).to({dt}).to(device)"
+
+    def lse_cotangent(self, device="cpu") -> torch.Tensor:
+        return built(self.dlse_code(), "dlse", device=device)
+
     def logical(self, name: str, device="cpu") -> torch.Tensor:
         i = "qkvd".index(name[0])
         return built(self._value_code(i, name), "V", device=device)

@@ -10,6 +10,7 @@ from hypothesis import assume
 
 from softmax_properties.oracles import sdpa
 
+from ... import tolerances
 from ...failures import PropertyFailure
 from ...invariants._checks import assert_bitwise, assert_close, check_oracle, op_call, outputs, worst
 from ...invariants._registry import fail, invariant
@@ -375,6 +376,59 @@ def attention_autograd_matches_vjp(case, target):
                      f"{tuple(x.shape)} and {x.dtype}", call=call)
             assert_close(case, target, got, e.value, e.tol, f"{name} from autograd through o (with {which} requiring "
                          "grad) differs from the FP64 VJP", call, dtype=case.dtype, out_name=name)
+
+
+@invariant(forward, needs=("autograd",))
+def attention_lse_autograd_matches_vjp(case, target):
+    """Autograd through lse: where the target's lse requires grad, torch.autograd.grad((o, lse),
+    (q, k, v), (do, dlse)) equals the FP64 VJP of both outputs (oracles/sdpa.py attention_backward
+    with dlse: dS = P (dP - Delta + dlse)) within the backward's bounds (bounds.py), and so does
+    autograd through lse alone (o unused, chosen by the case). Split-KV and ring attention
+    written with autograd differentiate the merged o, whose weights come from each part's lse:
+    a lse that requires grad but whose backward drops its cotangent (an autograd Function that
+    takes (do, dlse) and uses do only) gives wrong gradients with no error. A lse that does not
+    require grad (torch SDPA's flash lse is non-differentiable) is a declared convention, not a
+    bug: the law then holds vacuously, and a use of that lse fails loudly in autograd itself."""
+    assume(case.dtype in target.autograd_dtypes(case.op))
+    from ...invariants.generic import _seed
+    base = case.tensors(target.device)
+    do = case.logical("do", target.device)
+    dlse = case.lse_cotangent(target.device)
+    lse_only = _seed(case, "lse_only") % 2 == 1
+    leaves = [t.detach().requires_grad_(True) for t in base]
+    kw = "".join(f", {k_}={v_!r}" for k_, v_ in case.kwargs().items())
+    with torch.enable_grad():
+        o, lse = _call(case, target, *leaves)
+        if not (isinstance(lse, torch.Tensor) and lse.requires_grad):
+            return
+        if lse_only:
+            grads = torch.autograd.grad(lse, leaves, dlse, allow_unused=True)
+        else:
+            grads = torch.autograd.grad((o, lse), leaves, (do, dlse), allow_unused=True)
+    plain = [t.detach() for t in base]
+    truths = grads_truth(case, *plain, torch.zeros_like(do) if lse_only else do, dlse=dlse)
+    which = "lse alone" if lse_only else "o and lse"
+    head = ("q, k, v = (t.detach().requires_grad_() for t in (q, k, v))\n"
+            + ("" if lse_only else f"{case._value_code(3, 'do')}\ndo = V\n")
+            + f"{case.dlse_code()}\no, lse = target.attention(q, k, v{kw})\n"
+            + ("grads = torch.autograd.grad(lse, (q, k, v), dlse)\n" if lse_only
+               else "grads = torch.autograd.grad((o, lse), (q, k, v), (do, dlse))\n"))
+    for i, (n, got) in enumerate(zip("qkv", grads)):
+        name, x, e = "d" + n, leaves[i], truths[i]
+        call = head + f"out = grads[{i}]  # {name} vs the FP64 VJP"
+        if got is None:  # not in the graph of the outputs used (v, for lse alone): a zero gradient
+            got = torch.zeros_like(x)
+        if tuple(got.shape) != tuple(x.shape) or got.dtype != x.dtype:
+            fail(case, target, f"{name} from autograd through {which} is {(tuple(got.shape), got.dtype)}, "
+                 f"expected shape {tuple(x.shape)} and {x.dtype}", call=call)
+        hint = ""
+        if bool(tolerances.compare(got, e.value, e.tol, case.dtype).any()):
+            # the VJP without lse's cotangent (0 for lse alone): a report that names a dropped dlse
+            alone = torch.zeros_like(e.value) if lse_only else grads_truth(case, *plain, do)[i].value
+            if not bool(tolerances.compare(got, alone, e.tol, case.dtype).any()):
+                hint = " (it is the VJP without lse's cotangent: the backward drops dlse)"
+        assert_close(case, target, got, e.value, e.tol, f"{name} from autograd through {which} differs from the "
+                     f"FP64 VJP{hint}", call, dtype=case.dtype, out_name=name)
 
 
 @invariant(backward)

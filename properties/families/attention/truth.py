@@ -29,11 +29,12 @@ def attention_truth(case, args, strict=False) -> Truth:
     return Truth(outs)
 
 
-def grads_truth(case, q, k, v, do, strict=False) -> tuple:
-    """(OutputTruth dq, dk, dv): the FP64 VJP of o with cotangent do and its bounds."""
-    dq, dk, dv = sdpa.attention_backward(q, k, v, do, **case.oracle_options())
+def grads_truth(case, q, k, v, do, strict=False, dlse=None) -> tuple:
+    """(OutputTruth dq, dk, dv): the FP64 VJP of o with cotangent do (and of lse with dlse, when
+    given) and its bounds."""
+    dq, dk, dv = sdpa.attention_backward(q, k, v, do, **case.oracle_options(), dlse=dlse)
     _, (p, o, eo) = forward_truth(case, q, k, v, strict)
-    eq, ek, ev = bounds.backward_eps(p, do, o, eo, case.dtype, strict)
+    eq, ek, ev = bounds.backward_eps(p, do, o, eo, case.dtype, strict, dlse=dlse)
     dev = dq.device
     return tuple(OutputTruth(n, r, tolerances.total_tolerance(e.to(dev), r, case.dtype, case.dtype), case.dtype)
                  for n, r, e in (("dq", dq, eq), ("dk", dk, ek), ("dv", dv, ev)))
