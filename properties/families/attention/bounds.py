@@ -42,7 +42,9 @@ The backward (dq, dk, dv of o's cotangent do): dP_ij = do_i . v_j within (dep_Dv
 are added) within sum_j (dP_ij |dP_ij| + P_ij F_ij) + dep_L u sum_j P_ij |dP_ij| + (eps_o_i +
 ulp(o_i)) . |do_i| + dep_Dv u |o_i|.|do_i|; dS_ij = P_ij (dP_ij - Delta_i) within
 dP_ij |dP_ij - Delta_i| + P_ij (F_ij + eps_Delta_i) + (3u + u_in) |dS_ij| (rounded to the input
-dtype for the next matmuls in 16 bits) + tiny_c (a product below the normal range flushed);
+dtype for the next matmuls in 16 bits) + sub (that rounding below the 16-bit dtype's normal range,
+absolute, as for P: float16 dS below 6.1e-5 are off by up to 3e-8, which a float16 dk of 6e-7 made
+of such terms showed) + tiny_c (a product below the normal range flushed);
 with softcap dT = dS (1 - tanh^2(t / c)), within
 eps_dS f + |dS| (0.77 E_ij / c + 6u) (|d/dx (1 - tanh^2 x)| <= 0.77); dq_i = scale sum_j dT_ij
 k_j within scale (sum_j eps_dT_ij |k_j| + dep_L u sum_j |dT_ij| |k_j|) + u |dq_i|; dk_j = scale
@@ -197,8 +199,11 @@ def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool, dlse=None):
         e_delta = ((dP * dPv.abs()).sum(-1) + (p.P * F).sum(-1) + dep_L * u * (p.P * dPv.abs()).sum(-1)
                    + ((eps_o + ulp_o) * do.abs()).sum(-1) + dep_Dv * u * (o_ref.abs() * do.abs()).sum(-1)
                    + u * (delta.abs() + gl.abs()))
+        # dS rounded to a 16-bit dtype for the next matmuls: below its normal range, off by up to
+        # half its subnormal spacing whatever its size (as P, _weights_error)
+        sub = 2.0 ** (tolerances.TABLE[dtype].emin - tolerances.TABLE[dtype].precision) if u_P else 0.0
         e_dS = (dP * ((dPv - delta[..., None]).abs() + gl.abs()[..., None]) + p.P * (F + e_delta[..., None])
-                + (3 * u + u_r) * dS.abs() + (u + 2 * u_r) * shares + _ftz(dtype, u))
+                + (3 * u + u_r) * dS.abs() + sub + (u + 2 * u_r) * shares + _ftz(dtype, u))
         if f is not None:
             e_dT = e_dS * f + dS.abs() * (0.77 * E / case.softcap + 6 * u)
         else:
