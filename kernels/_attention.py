@@ -25,8 +25,8 @@ Backward (the standard design, no atomics, so results are deterministic): one ke
 program holds BLOCK_M2 queries and streams the key blocks), which first forms its rows'
 delta_i = rowsum(o_i * do_i) - dlse_i (float32; float64 for float64) and stores it, then one for
 dk and dv (a program holds BLOCK_N1 keys of one key/value head and streams the query blocks of
-every query head of its group), each recomputing P = exp(s - lse) from the forward's lse. A gradient of lse (autograd,
-when lse is used) enters as dS = P (dP - delta + dlse).
+every query head of its group), each recomputing P = exp(s - lse) from the forward's lse. A
+gradient of lse (autograd, when lse is used) enters as dS = P (dP - delta + dlse).
 
 Keys a query cannot see never enter its row's arithmetic as scores (masked to -inf, so NaN in an
 invisible key's k changes nothing); a masked pair inside a block still multiplies its zero weight

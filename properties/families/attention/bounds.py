@@ -43,8 +43,8 @@ are added) within sum_j (dP_ij |dP_ij| + P_ij F_ij) + dep_L u sum_j P_ij |dP_ij|
 ulp(o_i)) . |do_i| + dep_Dv u |o_i|.|do_i|; dS_ij = P_ij (dP_ij - Delta_i) within
 dP_ij |dP_ij - Delta_i| + P_ij (F_ij + eps_Delta_i) + (3u + u_in) |dS_ij| (rounded to the input
 dtype for the next matmuls in 16 bits) + sub (that rounding below the 16-bit dtype's normal range,
-absolute, as for P: float16 dS below 6.1e-5 are off by up to 3e-8, which a float16 dk of 6e-7 made
-of such terms showed) + tiny_c (a product below the normal range flushed);
+absolute, as for P: a float16 dS below 6.1e-5 is off by up to 3e-8, and a dk of 6e-7 made of such
+terms by 1.7e-7) + tiny_c (a product below the normal range flushed);
 with softcap dT = dS (1 - tanh^2(t / c)), within
 eps_dS f + |dS| (0.77 E_ij / c + 6u) (|d/dx (1 - tanh^2 x)| <= 0.77); dq_i = scale sum_j dT_ij
 k_j within scale (sum_j eps_dT_ij |k_j| + dep_L u sum_j |dT_ij| |k_j|) + u |dq_i|; dk_j = scale
