@@ -46,8 +46,10 @@ dtype for the next matmuls in 16 bits) + sub (that rounding below the 16-bit dty
 absolute, as for P: a float16 dS below 6.1e-5 is off by up to 3e-8, and a dk of 6e-7 made of such
 terms by 1.7e-7) + tiny_c (a product below the normal range flushed);
 with softcap dT = dS (1 - tanh^2(t / c)), within
-eps_dS f + |dS| (0.77 E_ij / c + 6u) (|d/dx (1 - tanh^2 x)| <= 0.77); dq_i = scale sum_j dT_ij
-k_j within scale (sum_j eps_dT_ij |k_j| + dep_L u sum_j |dT_ij| |k_j|) + u |dq_i|; dk_j = scale
+eps_dS f + |dS| (0.77 E_ij / c + 6u) (|d/dx (1 - tanh^2 x)| <= 0.77), the absolute terms (sub,
+tiny_c) added after the factor f, since the rounding and the flush happen on the last product;
+dq_i = scale sum_j dT_ij k_j within scale (sum_j eps_dT_ij |k_j| + dep_L u sum_j |dT_ij| |k_j|) +
+u |dq_i|; dk_j = scale
 sum_i dT_ij q_i and dv_j = sum_i P_ij do_i, summed over the G query heads of a key / value head,
 likewise with dep_(G Lq). The explicit backward's P is formed from the given lse (float32): its
 rounding, u |lse_i|, adds to the exponent of dP.
@@ -199,16 +201,17 @@ def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool, dlse=None):
         e_delta = ((dP * dPv.abs()).sum(-1) + (p.P * F).sum(-1) + dep_L * u * (p.P * dPv.abs()).sum(-1)
                    + ((eps_o + ulp_o) * do.abs()).sum(-1) + dep_Dv * u * (o_ref.abs() * do.abs()).sum(-1)
                    + u * (delta.abs() + gl.abs()))
-        # dS rounded to a 16-bit dtype for the next matmuls: below its normal range, off by up to
-        # half its subnormal spacing whatever its size (as P, _weights_error)
-        sub = 2.0 ** (tolerances.TABLE[dtype].emin - tolerances.TABLE[dtype].precision) if u_P else 0.0
         e_dS = (dP * ((dPv - delta[..., None]).abs() + gl.abs()[..., None]) + p.P * (F + e_delta[..., None])
-                + (3 * u + u_r) * dS.abs() + sub + (u + 2 * u_r) * shares + _ftz(dtype, u))
+                + (3 * u + u_r) * dS.abs() + (u + 2 * u_r) * shares)
         if f is not None:
             e_dT = e_dS * f + dS.abs() * (0.77 * E / case.softcap + 6 * u)
         else:
             e_dT = e_dS
-        e_dT = torch.where(p.vis, e_dT, 0.0)
+        # the last product (dT, with softcap's factor) rounded to a 16-bit dtype for the next
+        # matmuls: below its normal range off by up to half its subnormal spacing whatever its size
+        # (as P, _weights_error); or flushed below the compute precision's: absolute, unscaled by f
+        sub = 2.0 ** (tolerances.TABLE[dtype].emin - tolerances.TABLE[dtype].precision) if u_P else 0.0
+        e_dT = torch.where(p.vis, e_dT + sub + _ftz(dtype, u), 0.0)
         edq = edq + p.scale * (torch.einsum("bhij,bhjd->bhid", e_dT, p.ke.abs())
                                + dep_L * u * torch.einsum("bhij,bhjd->bhid", dT.abs(), p.ke.abs()))
         edq = edq + u * (p.scale * torch.einsum("bhij,bhjd->bhid", dT, p.ke)).abs()
