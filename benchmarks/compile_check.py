@@ -2,9 +2,13 @@
 installed triton, and report any compile error. Catches what the CPU interpreter accepts but the
 compiler refuses (e.g. non-constexpr globals) before a GPU run.
 
-    python benchmarks/compile_check.py [--attention]    # --attention: the attention kernels only
+    python benchmarks/compile_check.py [--attention] [--regs]
+        --attention: the attention kernels only
+        --regs: with each attention kernel, its registers and spill bytes (ptxas -v on its PTX);
+                ATTN_KERNELS_FWD / ATTN_KERNELS_BWD (kernels/tuning.py) set the launch shapes
 """
 
+import os
 import sys
 
 import triton
@@ -15,6 +19,48 @@ from softmax_properties.kernels import _softmax as K
 tgt = GPUTarget("cuda", 90, 32)
 _LSE = {"bf16": "fp32", "fp16": "fp32", "fp32": "fp32", "fp64": "fp64"}
 ATTENTION_ONLY = "--attention" in sys.argv[1:]
+REGS = "--regs" in sys.argv[1:]
+
+
+def ptxas_report(kernel) -> str:
+    """' (R registers, S bytes spilled, L loaded)' from ptxas -v on the compiled kernel's PTX, or ''
+    without --regs: the first ptxas beside triton's that takes that PTX's version."""
+    if not REGS:
+        return ""
+    import re
+    import subprocess
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(kernel.asm["ptx"])
+    where = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    try:
+        for exe in ("ptxas-blackwell", "ptxas"):
+            path = os.path.join(where, exe)
+            if not os.path.exists(path):
+                continue
+            r = subprocess.run([path, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True, text=True)
+            if r.returncode == 0:
+                text = r.stdout + r.stderr
+                regs = re.search(r"Used (\d+) registers", text)
+                st = re.search(r"(\d+) bytes spill stores", text)
+                ld = re.search(r"(\d+) bytes spill loads", text)
+                return (f" ({regs.group(1) if regs else '?'} registers, {st.group(1) if st else '?'} bytes spilled, "
+                        f"{ld.group(1) if ld else '?'} loaded)")
+        return " (no ptxas here takes this PTX)"
+    finally:
+        os.unlink(f.name)
+
+
+def shapes(kind, table):
+    """The launch shapes: ATTN_KERNELS_FWD / _BWD when set (as kernels/_attention.py reads them),
+    else the table's."""
+    env = os.environ.get(f"ATTN_KERNELS_{kind}")
+    return tuple(int(x) for x in env.split("/")) if env else table
+
+
+# an override is a 16-bit launch shape (the tuning's): the 32/64-bit variants keep their tables'
+# shapes only, so with one set they are left out
+OVERRIDDEN = any(os.environ.get(f"ATTN_KERNELS_{k}") for k in ("FWD", "BWD"))
 
 
 # attention (kernels/_attention.py): forward, the backward's dq (with delta) and dk/dv kernels, every
@@ -26,24 +72,28 @@ def check_attention():
     import torch
     from softmax_properties.kernels import _attention as AT
     _TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
-    for dt, bd, full, softcap in (("bf16", 64, True, False), ("bf16", 128, True, True), ("fp16", 128, False, True),
+    for dt, bd, full, softcap in (("bf16", 64, True, False), ("bf16", 128, True, False), ("bf16", 128, True, True),
+                                  ("fp16", 128, False, True),
                                   ("bf16", 256, True, False), ("bf16", 16, True, True), ("fp32", 64, True, False),
                                   ("fp32", 128, False, True), ("fp64", 64, False, True), ("fp64", 256, True, False)):
+        if OVERRIDDEN and dt not in ("bf16", "fp16"):
+            continue
         lse = _LSE[dt]
         flags = {"F64": dt == "fp64", "SOFTCAP": softcap, "FULL": full, "BLOCK_D": bd, "BLOCK_DV": bd}
-        bm, bn, warps, stages = AT._table(_TORCH[dt], True)[max(bd, 64)]
+        bm, bn, warps, stages = shapes("FWD", AT._table(_TORCH[dt], True)[max(bd, 64)])
         s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": f"*{lse}",
              **{n: "i32" for n in AT._FWD_INTS},
              **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2")}}
         c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
         try:
             t0 = time.perf_counter()
-            triton.compile(ASTSource(AT._attn_fwd_kernel, dict(s, **{k: "constexpr" for k in c}), c), target=tgt,
-                           options={"num_warps": warps, "num_stages": stages})
-            print(f"attention fwd ok {dt} D={bd} FULL={full} SOFTCAP={softcap} ({time.perf_counter() - t0:.1f} s)")
+            compiled = triton.compile(ASTSource(AT._attn_fwd_kernel, dict(s, **{k: "constexpr" for k in c}), c),
+                                      target=tgt, options={"num_warps": warps, "num_stages": stages})
+            print(f"attention fwd ok {dt} D={bd} FULL={full} SOFTCAP={softcap} ({time.perf_counter() - t0:.1f} s)"
+                  + ptxas_report(compiled))
         except Exception as e:
             print("attention fwd FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
-        bm1, bn1, w1, s1, bm2, bn2, w2, s2 = AT._table(_TORCH[dt], False)[max(bd, 64)]
+        bm1, bn1, w1, s1, bm2, bn2, w2, s2 = shapes("BWD", AT._table(_TORCH[dt], False)[max(bd, 64)])
         s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
              "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
              **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
@@ -56,10 +106,10 @@ def check_attention():
                 c["HAS_DLSE"] = full
             try:
                 t0 = time.perf_counter()
-                triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c), target=tgt,
-                               options={"num_warps": warps, "num_stages": stages})
+                compiled = triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c), target=tgt,
+                                          options={"num_warps": warps, "num_stages": stages})
                 print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap} "
-                      f"({time.perf_counter() - t0:.1f} s)")
+                      f"({time.perf_counter() - t0:.1f} s){ptxas_report(compiled)}")
             except Exception as e:
                 print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
 
