@@ -51,18 +51,6 @@ def ptxas_report(kernel) -> str:
         os.unlink(f.name)
 
 
-def shapes(kind, table):
-    """The launch shapes: ATTN_KERNELS_FWD / _BWD when set (as kernels/_attention.py reads them),
-    else the table's."""
-    env = os.environ.get(f"ATTN_KERNELS_{kind}")
-    return tuple(int(x) for x in env.split("/")) if env else table
-
-
-# an override is a 16-bit launch shape (the tuning's): the 32/64-bit variants keep their tables'
-# shapes only, so with one set they are left out
-OVERRIDDEN = any(os.environ.get(f"ATTN_KERNELS_{k}") for k in ("FWD", "BWD"))
-
-
 # attention (kernels/_attention.py): forward, the backward's dq (with delta) and dk/dv kernels, every
 # dtype at its GPU block shapes (kernels/tuning.py) for head dimensions 64, 128 and 256, full
 # blocks with 16-byte vectors (FULL) or not, with and without softcap (the window is a runtime
@@ -72,15 +60,19 @@ def check_attention():
     import torch
     from softmax_properties.kernels import _attention as AT
     _TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
+    # the launch shapes are the kernels' own (fwd_config, bwd_config: the tables, or ATTN_KERNELS_FWD
+    # / _BWD); an override is a 16-bit launch shape (the tuning's), so with one set the 32/64-bit
+    # variants are left out
+    overridden = any(AT.L.knob(f"ATTN_KERNELS_{k}") for k in ("FWD", "BWD"))
     for dt, bd, full, softcap in (("bf16", 64, True, False), ("bf16", 128, True, False), ("bf16", 128, True, True),
                                   ("fp16", 128, False, True),
                                   ("bf16", 256, True, False), ("bf16", 16, True, True), ("fp32", 64, True, False),
                                   ("fp32", 128, False, True), ("fp64", 64, False, True), ("fp64", 256, True, False)):
-        if OVERRIDDEN and dt not in ("bf16", "fp16"):
+        if overridden and dt not in ("bf16", "fp16"):
             continue
         lse = _LSE[dt]
         flags = {"F64": dt == "fp64", "SOFTCAP": softcap, "FULL": full, "BLOCK_D": bd, "BLOCK_DV": bd}
-        bm, bn, warps, stages = shapes("FWD", AT._table(_TORCH[dt], True)[max(bd, 64)])
+        bm, bn, warps, stages = AT.fwd_config(_TORCH[dt], bd, bd)
         s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": f"*{lse}",
              **{n: "i32" for n in AT._FWD_INTS},
              **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2")}}
@@ -93,7 +85,7 @@ def check_attention():
                   + ptxas_report(compiled))
         except Exception as e:
             print("attention fwd FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
-        bm1, bn1, w1, s1, bm2, bn2, w2, s2 = shapes("BWD", AT._table(_TORCH[dt], False)[max(bd, 64)])
+        bm1, bn1, w1, s1, bm2, bn2, w2, s2 = AT.bwd_config(_TORCH[dt], bd, bd)
         s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
              "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
              **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
