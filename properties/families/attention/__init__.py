@@ -49,9 +49,11 @@ def _semantics_rows():
 
 
 def _sample(x):
-    """A small attention call around x (any float dtype): x as q, k and v of one head (the
-    autograd probe)."""
-    t = x.reshape(1, 1, *x.shape)
+    """A small attention call around x (any float dtype; the autograd probe): x's columns
+    repeated to a head dimension of 16, as q, k and v of one head. 16, not x's own 3 columns:
+    FlexAttention and most flash kernels refuse head dimensions under 16, and a probe they
+    refuse would keep their autograd from every law that needs it."""
+    t = x.repeat(1, -(-16 // x.shape[-1]))[:, :16].reshape(1, 1, x.shape[0], 16)
     return (t, t, t), {}
 
 
