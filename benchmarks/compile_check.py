@@ -85,22 +85,22 @@ def check_attention():
                   + ptxas_report(compiled))
         except Exception as e:
             print("attention fwd FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
-        cfg = AT.bwd_config(_TORCH[dt], bd, bd)
+        bm1, bn1, w1, s1, bm2, bn2, w2, s2 = AT.bwd_config(_TORCH[dt], bd, bd)
         s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
              "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
              **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
         sq = {n: t for n, t in s.items() if n not in ("GB", "sub", "suh", "sun", "sud")}
         sq.update(O=f"*{dt}", DLSE=f"*{lse}", **{n: "i32" for n in AT._DQ_INTS})
-        launches = [(AT._attn_bwd_dkdv_kernel, s, shape, {"DK": dk, "DV": dv})
-                    for dk, dv, shape in AT.dkdv_launches(cfg)]
-        for kern, sig, (bm, bn, warps, stages), extra in launches + [(AT._attn_bwd_dq_kernel, sq, cfg[4:8],
-                                                                      {"HAS_DLSE": full})]:
-            c = dict(flags, BLOCK_M=bm, BLOCK_N=bn, **extra)
+        for kern, sig, bm, bn, warps, stages in ((AT._attn_bwd_dkdv_kernel, s, bm1, bn1, w1, s1),
+                                                 (AT._attn_bwd_dq_kernel, sq, bm2, bn2, w2, s2)):
+            c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
+            if kern is AT._attn_bwd_dq_kernel:
+                c["HAS_DLSE"] = full
             try:
                 t0 = time.perf_counter()
                 compiled = triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c), target=tgt,
                                           options={"num_warps": warps, "num_stages": stages})
-                print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap} {extra} "
+                print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap} "
                       f"({time.perf_counter() - t0:.1f} s){ptxas_report(compiled)}")
             except Exception as e:
                 print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)

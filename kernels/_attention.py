@@ -160,25 +160,22 @@ def _ranges(a0, BA: tl.constexpr, n_a, n_b, lo_off, hi_off, BB: tl.constexpr):
 
 @triton.jit
 def _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-               F64: tl.constexpr, SOFTCAP: tl.constexpr, MASKED: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr):
-    """One query block's share of dk (if DK) and dv (if DV) (a key block held, [BLOCK_N, BLOCK_M]
-    tiles)."""
+               F64: tl.constexpr, SOFTCAP: tl.constexpr, MASKED: tl.constexpr):
+    """One query block's share of dk and dv (a key block held, [BLOCK_N, BLOCK_M] tiles)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     sT = tl.dot(k, qT, input_precision="ieee", out_dtype=CT)
     sT, th = _scores(sT, sc, cm, SOFTCAP)
     pT = _exp(sT - lse[None, :], F64)
     if MASKED:
         pT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), pT, 0.0)
-    if DV:
-        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
-    if DK:
-        dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
-        dsT = pT * (dpT - delta[None, :])
-        if SOFTCAP:
-            dsT = dsT * (1 - th * th)
-        if MASKED:
-            dsT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), dsT, 0.0)
-        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision="ieee", out_dtype=CT)
+    dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
+    dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
+    dsT = pT * (dpT - delta[None, :])
+    if SOFTCAP:
+        dsT = dsT * (1 - th * th)
+    if MASKED:
+        dsT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), dsT, 0.0)
+    dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision="ieee", out_dtype=CT)
     return dk, dv
 
 
@@ -338,10 +335,8 @@ def _attn_bwd_dkdv_kernel(
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
     F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    DK: tl.constexpr, DV: tl.constexpr,
 ):
-    """dk (GA, if DK) and dv (GB, if DV) of BLOCK_N keys of one key/value head, summed over its
-    query heads."""
+    """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     n_nb = tl.cdiv(Lk, BLOCK_N)
     pid = tl.program_id(0)
@@ -369,9 +364,7 @@ def _attn_bwd_dkdv_kernel(
         k_ptrs = tl.max_contiguous(tl.multiple_of(k_ptrs, [1, 16]), [1, 16])
         v_ptrs = tl.max_contiguous(tl.multiple_of(v_ptrs, [1, 16]), [1, 16])
     k = tl.load(k_ptrs, mask=kmask, other=0.0)
-    v = k  # unread where DK is off: dv needs no v
-    if DK:
-        v = tl.load(v_ptrs, mask=vmask, other=0.0)
+    v = tl.load(v_ptrs, mask=vmask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], CT)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], CT)
     # the queries that see key j: j - off - wr <= i <= j - off + wl (the transposed problem)
@@ -401,7 +394,7 @@ def _attn_bwd_dkdv_kernel(
                 do = tl.load(doph, mask=offs_dv[None, :] < Dv, other=0.0)
             lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
             dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-                                F64, SOFTCAP, False, DK, DV)
+                                F64, SOFTCAP, False)
             qp += tl.cast(sqm, tl.int64) * BLOCK_M
             dop += tl.cast(sdm, tl.int64) * BLOCK_M
         # the blocks on a mask's edge or past the end of the queries: before r1, from r2 on
@@ -421,17 +414,15 @@ def _attn_bwd_dkdv_kernel(
             do = tl.load(doph, mask=dmask, other=0.0)
             lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
             dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-                                F64, SOFTCAP, True, DK, DV)
+                                F64, SOFTCAP, True)
     dk = dk * gs
     dk_ptrs = GA + b * sgb + hk * sgh + cols.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
     dv_ptrs = GB + b * sub + hk * suh + cols.to(tl.int64)[:, None] * sun + offs_dv[None, :].to(tl.int64) * sud
     if FULL:
         dk_ptrs = tl.max_contiguous(tl.multiple_of(dk_ptrs, [1, 16]), [1, 16])
         dv_ptrs = tl.max_contiguous(tl.multiple_of(dv_ptrs, [1, 16]), [1, 16])
-    if DK:
-        tl.store(dk_ptrs, to_out(dk, GA.dtype.element_ty), mask=kmask)
-    if DV:
-        tl.store(dv_ptrs, to_out(dv, GB.dtype.element_ty), mask=vmask)
+    tl.store(dk_ptrs, to_out(dk, GA.dtype.element_ty), mask=kmask)
+    tl.store(dv_ptrs, to_out(dv, GB.dtype.element_ty), mask=vmask)
 
 
 @triton.jit(do_not_specialize=_DQ_INTS, do_not_specialize_on_alignment=_DQ_INTS + _DQ_PTRS)
@@ -647,30 +638,14 @@ def fwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
 def bwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
     """(BLOCK_M1, BLOCK_N1, num_warps1, num_stages1, BLOCK_M2, BLOCK_N2, num_warps2, num_stages2)
     of the backward: the dk/dv kernel's query and key blocks and launch shape, then the dq
-    kernel's; four more, (BLOCK_M3, BLOCK_N3, num_warps3, num_stages3), split the dk/dv kernel in
-    two: dk alone at the first shape, dv alone at the third (kernels/tuning.py; ATTN_KERNELS_BWD
-    overrides)."""
+    kernel's (kernels/tuning.py; ATTN_KERNELS_BWD overrides)."""
     env = L.knob("ATTN_KERNELS_BWD")
     if env:
-        try:
-            cfg = tuple(int(x) for x in env.split("/"))
-        except ValueError:
-            cfg = ()
-        if len(cfg) not in (8, 12) or min(cfg) < 1:
-            raise ValueError(f"ATTN_KERNELS_BWD: expected 8 or 12 positive integers joined by '/', got {env!r}")
-        return cfg
+        return tuple(int(x) for x in env.split("/"))
     if L.interpreting():
         return T.ATTN_BWD_INTERPRETER
     bd = max(_padded(D), _padded(Dv), 64)
     return _table(dtype, False)[bd]
-
-
-def dkdv_launches(cfg: tuple) -> tuple:
-    """((DK, DV, (BLOCK_M, BLOCK_N, num_warps, num_stages)), ...) of a bwd_config: one launch
-    computing both, or dk's and dv's apart."""
-    if len(cfg) == 8:
-        return ((True, True, cfg[:4]),)
-    return ((True, False, cfg[:4]), (False, True, cfg[8:12]))
 
 
 def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) -> list:
@@ -678,7 +653,7 @@ def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) ->
     backward: each block size and its double (for the strategies to aim at, +-1)."""
     f = fwd_config(dtype, head_dim, head_dim)
     b = bwd_config(dtype, head_dim, head_dim)
-    sizes = {f[0], f[1], *b[0::4], *b[1::4]}
+    sizes = {f[0], f[1], b[0], b[1], b[4], b[5]}
     return sorted(sizes | {2 * s for s in sizes})
 
 
@@ -790,13 +765,12 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     delta = torch.empty((B, Hq, Lq), dtype=CT, device=q.device)
     has_dlse = dlse is not None
     dl = dlse.to(CT).contiguous() if has_dlse else delta
-    cfg = bwd_config(q.dtype, D, Dv)
-    bm2, bn2, warps2, stages2 = cfg[4:8]
+    bm1, bn1, warps1, stages1, bm2, bn2, warps2, stages2 = bwd_config(q.dtype, D, Dv)
     bd = bdv = _head_block(D, Dv)
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, o, do, dq, dk, dv), D, Dv, bd, bdv)
-    L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=cfg[0], BLOCK_N1=cfg[1], BLOCK_M2=bm2, BLOCK_N2=bn2,
-                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap), SPLIT=len(cfg) > 8)
+    L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
+                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap))
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
     const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
@@ -804,10 +778,9 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     _launch(_attn_bwd_dq_kernel, _grid(triton.cdiv(Lq, bm2), B * Hq),
             (q, k, v, do, lse, delta, dq, o, dl, *common, *dq.stride(), *o.stride(), *ints),
             dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
-    for DK, DV, (bm1, bn1, warps1, stages1) in dkdv_launches(cfg):
-        _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
-                (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
-                dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DK=DK, DV=DV), warps1, stages1)
+    _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
+            (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
+            dict(const, BLOCK_M=bm1, BLOCK_N=bn1), warps1, stages1)
     return dq, dk, dv
 
 

@@ -158,8 +158,7 @@ OVERRIDES = {
     "CE_KERNELS_MIN_BLOCK": "cross-entropy narrowest tile on the GPU (a power of two >= 16)",
     "ATTN_KERNELS_FWD": "attention forward BLOCK_M/BLOCK_N/num_warps/num_stages, every head dimension",
     "ATTN_KERNELS_BWD": "attention backward BLOCK_M1/BLOCK_N1/num_warps1/num_stages1/BLOCK_M2/BLOCK_N2/num_warps2/num_stages2 "
-                        "(dk/dv kernel, then dq kernel); 4 more, BLOCK_M3/BLOCK_N3/num_warps3/num_stages3, split the "
-                        "dk/dv kernel: dk alone at the first shape, dv alone at the third",
+                        "(dk/dv kernel, then dq kernel)",
     "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",
 }
 # read once, when the package is imported (an A/B switch of the launch path, not a launch shape)

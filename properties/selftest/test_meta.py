@@ -410,45 +410,6 @@ def test_knobs_are_read_again_on_reload(monkeypatch):
         _launch.reload_knobs()
 
 
-@pytest.mark.parametrize("causal,softcap,shape", [(False, None, (37, 50, 16, 16)), (True, 5.0, (70, 45, 32, 16))])
-def test_attention_dk_and_dv_apart_equal_them_together(monkeypatch, causal, softcap, shape):
-    """A 12-number ATTN_KERNELS_BWD launches the dk/dv kernel twice, dk alone then dv alone, at the
-    same tiles: each sums the same products in the same order as the one launch, so dq, dk and dv
-    are bitwise the one launch's (grouped heads, a mask, softcap, partial blocks)."""
-    from softmax_properties.kernels import _attention as AT
-    Lq, Lk, D, Dv = shape
-    g = torch.Generator().manual_seed(1)
-    q, k, v, do = (torch.randn(*s, generator=g).to(DEV, torch.bfloat16)
-                   for s in ((2, 4, Lq, D), (2, 2, Lk, D), (2, 2, Lk, Dv), (2, 4, Lq, Dv)))
-    o, lse = AT.attention(q, k, v, causal=causal, softcap=softcap)
-    one = "/".join(map(str, AT.bwd_config(q.dtype, D, Dv)[:8]))
-    grads = []
-    try:
-        for setting in (one, one + "/" + "/".join(one.split("/")[:4])):  # dv alone at dk/dv's tiles
-            monkeypatch.setenv("ATTN_KERNELS_BWD", setting)
-            _launch.reload_knobs()
-            assert len(AT.dkdv_launches(AT.bwd_config(q.dtype, D, Dv))) == (1 if setting == one else 2)
-            grads.append(AT.attention_backward(q, k, v, o, lse, do, causal=causal, softcap=softcap))
-    finally:
-        monkeypatch.undo()
-        _launch.reload_knobs()
-    for name, a, b in zip(("dq", "dk", "dv"), *grads):
-        assert torch.equal(a, b), name
-
-
-@pytest.mark.parametrize("setting", ["32/128/8/3", "32/128/8/3/128/64/8/3/1", "a/b", "32/0/8/3/128/64/8/3"])
-def test_a_malformed_attention_launch_shape_names_the_knob(monkeypatch, setting):
-    from softmax_properties.kernels import _attention as AT
-    try:
-        monkeypatch.setenv("ATTN_KERNELS_BWD", setting)
-        _launch.reload_knobs()
-        with pytest.raises(ValueError, match="ATTN_KERNELS_BWD: expected 8 or 12 positive integers"):
-            AT.bwd_config(torch.bfloat16, 64, 64)
-    finally:
-        monkeypatch.undo()
-        _launch.reload_knobs()
-
-
 def test_plain_eager_calls_skip_the_library_op_only_where_it_adds_nothing():
     """kernels.softmax / log_softmax / logsumexp call the kernels directly for a plain tensor that
     needs no gradient (kernels._plain_eager: no softmax_props op in the profiler's record) and go
