@@ -96,6 +96,8 @@ def check_attention():
             c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
             if kern is AT._attn_bwd_dq_kernel:
                 c["HAS_DLSE"] = full
+            else:
+                c["DP_FIRST"] = AT.dp_first(_TORCH[dt], bd)
             try:
                 t0 = time.perf_counter()
                 compiled = triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c), target=tgt,

@@ -160,16 +160,21 @@ def _ranges(a0, BA: tl.constexpr, n_a, n_b, lo_off, hi_off, BB: tl.constexpr):
 
 @triton.jit
 def _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-               F64: tl.constexpr, SOFTCAP: tl.constexpr, MASKED: tl.constexpr):
-    """One query block's share of dk and dv (a key block held, [BLOCK_N, BLOCK_M] tiles)."""
+               F64: tl.constexpr, SOFTCAP: tl.constexpr, MASKED: tl.constexpr, DP_FIRST: tl.constexpr):
+    """One query block's share of dk and dv (a key block held, [BLOCK_N, BLOCK_M] tiles). DP_FIRST:
+    dP^T's matmul issued right after S^T's, before the exponentials (the same values, bitwise;
+    kernels/tuning.py, ATTN_BWD_DP_FIRST)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     sT = tl.dot(k, qT, input_precision="ieee", out_dtype=CT)
+    if DP_FIRST:
+        dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
     sT, th = _scores(sT, sc, cm, SOFTCAP)
     pT = _exp(sT - lse[None, :], F64)
     if MASKED:
         pT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), pT, 0.0)
     dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
-    dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
+    if not DP_FIRST:
+        dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
     dsT = pT * (dpT - delta[None, :])
     if SOFTCAP:
         dsT = dsT * (1 - th * th)
@@ -335,6 +340,7 @@ def _attn_bwd_dkdv_kernel(
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
     F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    DP_FIRST: tl.constexpr,
 ):
     """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
@@ -394,7 +400,7 @@ def _attn_bwd_dkdv_kernel(
                 do = tl.load(doph, mask=offs_dv[None, :] < Dv, other=0.0)
             lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
             dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-                                F64, SOFTCAP, False)
+                                F64, SOFTCAP, False, DP_FIRST)
             qp += tl.cast(sqm, tl.int64) * BLOCK_M
             dop += tl.cast(sdm, tl.int64) * BLOCK_M
         # the blocks on a mask's edge or past the end of the queries: before r1, from r2 on
@@ -414,7 +420,7 @@ def _attn_bwd_dkdv_kernel(
             do = tl.load(doph, mask=dmask, other=0.0)
             lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
             dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-                                F64, SOFTCAP, True)
+                                F64, SOFTCAP, True, DP_FIRST)
     dk = dk * gs
     dk_ptrs = GA + b * sgb + hk * sgh + cols.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
     dv_ptrs = GB + b * sub + hk * suh + cols.to(tl.int64)[:, None] * sun + offs_dv[None, :].to(tl.int64) * sud
@@ -641,11 +647,32 @@ def bwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
     kernel's (kernels/tuning.py; ATTN_KERNELS_BWD overrides)."""
     env = L.knob("ATTN_KERNELS_BWD")
     if env:
-        return tuple(int(x) for x in env.split("/"))
+        try:
+            cfg = tuple(int(x) for x in env.split("/"))
+        except ValueError:
+            cfg = ()
+        if len(cfg) != 8 or min(cfg) < 1:
+            raise ValueError(f"ATTN_KERNELS_BWD: expected 8 positive integers joined by '/', got {env!r}")
+        return cfg
     if L.interpreting():
         return T.ATTN_BWD_INTERPRETER
     bd = max(_padded(D), _padded(Dv), 64)
     return _table(dtype, False)[bd]
+
+
+def dp_first(dtype: torch.dtype, bd: int) -> bool:
+    """The dk/dv kernel's DP_FIRST for a head-dimension block bd: 16-bit blocks listed in
+    ATTN_BWD_DP_FIRST (kernels/tuning.py; ATTN_KERNELS_BWD_DP_FIRST overrides: the blocks, comma-
+    separated, or empty for none)."""
+    env = L.knob("ATTN_KERNELS_BWD_DP_FIRST")
+    if env is not None:
+        try:
+            blocks = {int(x) for x in env.split(",") if x.strip()}
+        except ValueError:
+            raise ValueError(f"ATTN_KERNELS_BWD_DP_FIRST: expected head-dimension blocks joined by ',' "
+                             f"(or nothing), got {env!r}") from None
+        return bd in blocks
+    return dtype in (torch.bfloat16, torch.float16) and bd in T.ATTN_BWD_DP_FIRST
 
 
 def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) -> list:
@@ -770,7 +797,7 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, o, do, dq, dk, dv), D, Dv, bd, bdv)
     L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
-                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap))
+                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap), DP_FIRST=dp_first(q.dtype, bd))
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
     const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
@@ -780,7 +807,7 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
             dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
     _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
             (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
-            dict(const, BLOCK_M=bm1, BLOCK_N=bn1), warps1, stages1)
+            dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=dp_first(q.dtype, bd)), warps1, stages1)
     return dq, dk, dv
 
 

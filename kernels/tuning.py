@@ -122,6 +122,14 @@ ATTN_FWD_64 = {64: (32, 32, 4, 1), 128: (32, 16, 4, 1), 256: (16, 16, 4, 1)}  # 
 # against 1.44 at 64 x 32; D 128: 1.20 against 1.42)
 ATTN_BWD_16 = {64: (32, 128, 4, 3, 128, 64, 4, 3), 128: (32, 128, 8, 3, 128, 64, 8, 3),
                256: (16, 64, 8, 1, 64, 16, 8, 1)}
+# the 16-bit head-dimension blocks whose dk/dv kernel issues dP^T = V dO^T right after S^T = K Q^T,
+# before the exponentials (DP_FIRST): the tensor cores then work on dP^T while the exponentials
+# run. One H100, bf16, L 4096, the kernel's own time: D 64 2.38 ms against 2.55 (causal 1.44
+# against 1.51); D 128 2.41 against 2.31 (causal 1.39 against 1.34), where dP^T's accumulator
+# held across the exponentials costs the kernel at 255 registers more than the overlap gains
+# (docs/results.md). The dq kernel's dP = dO V^T moved likewise measured 1.40 against 1.36 ms at
+# D 64 and the same at 128: it keeps its order.
+ATTN_BWD_DP_FIRST = frozenset({64})
 ATTN_BWD_32 = {64: (16, 64, 4, 2, 64, 16, 4, 2), 128: (16, 64, 4, 1, 64, 16, 4, 1), 256: (16, 32, 4, 1, 32, 16, 4, 1)}
 ATTN_BWD_64 = {64: (16, 32, 4, 1, 32, 16, 4, 1), 128: (16, 32, 4, 1, 32, 16, 4, 1), 256: (16, 16, 4, 1, 16, 16, 4, 1)}
 # under the interpreter: small, unequal tiles, so CPU runs reach multi-block rows, partial blocks
@@ -159,6 +167,8 @@ OVERRIDES = {
     "ATTN_KERNELS_FWD": "attention forward BLOCK_M/BLOCK_N/num_warps/num_stages, every head dimension",
     "ATTN_KERNELS_BWD": "attention backward BLOCK_M1/BLOCK_N1/num_warps1/num_stages1/BLOCK_M2/BLOCK_N2/num_warps2/num_stages2 "
                         "(dk/dv kernel, then dq kernel)",
+    "ATTN_KERNELS_BWD_DP_FIRST": "attention dk/dv kernel: the head-dimension blocks (e.g. 64,128; empty: none) "
+                                 "that issue dP^T's matmul before the exponentials, every dtype",
     "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",
 }
 # read once, when the package is imported (an A/B switch of the launch path, not a launch shape)

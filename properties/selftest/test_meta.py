@@ -410,6 +410,46 @@ def test_knobs_are_read_again_on_reload(monkeypatch):
         _launch.reload_knobs()
 
 
+@pytest.mark.parametrize("causal,softcap,shape", [(False, None, (37, 50, 16, 16)), (True, 5.0, (70, 45, 64, 32))])
+def test_attention_dp_first_changes_the_order_not_the_values(monkeypatch, causal, softcap, shape):
+    """The dk/dv kernel's DP_FIRST (ATTN_KERNELS_BWD_DP_FIRST) only moves a matmul: dq, dk and dv
+    are bitwise the same with it on or off (grouped heads, a mask, softcap, partial blocks)."""
+    from softmax_properties.kernels import _attention as AT
+    Lq, Lk, D, Dv = shape
+    g = torch.Generator().manual_seed(1)
+    q, k, v, do = (torch.randn(*s, generator=g).to(DEV, torch.bfloat16)
+                   for s in ((2, 4, Lq, D), (2, 2, Lk, D), (2, 2, Lk, Dv), (2, 4, Lq, Dv)))
+    o, lse = AT.attention(q, k, v, causal=causal, softcap=softcap)
+    grads = []
+    try:
+        for blocks in ("", "16,32,64,128,256"):
+            monkeypatch.setenv("ATTN_KERNELS_BWD_DP_FIRST", blocks)
+            _launch.reload_knobs()
+            assert AT.dp_first(q.dtype, max(16, D)) == bool(blocks)
+            grads.append(AT.attention_backward(q, k, v, o, lse, do, causal=causal, softcap=softcap))
+    finally:
+        monkeypatch.undo()
+        _launch.reload_knobs()
+    for name, a, b in zip(("dq", "dk", "dv"), *grads):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("name,setting", [("ATTN_KERNELS_BWD", "32/128/8/3"), ("ATTN_KERNELS_BWD", "a/b"),
+                                          ("ATTN_KERNELS_BWD", "32/0/8/3/128/64/8/3"),
+                                          ("ATTN_KERNELS_BWD_DP_FIRST", "64;128")])
+def test_a_malformed_attention_knob_is_named(monkeypatch, name, setting):
+    from softmax_properties.kernels import _attention as AT
+    try:
+        monkeypatch.setenv(name, setting)
+        _launch.reload_knobs()
+        with pytest.raises(ValueError, match=f"{name}: expected"):
+            AT.bwd_config(torch.bfloat16, 64, 64)
+            AT.dp_first(torch.bfloat16, 64)
+    finally:
+        monkeypatch.undo()
+        _launch.reload_knobs()
+
+
 def test_plain_eager_calls_skip_the_library_op_only_where_it_adds_nothing():
     """kernels.softmax / log_softmax / logsumexp call the kernels directly for a plain tensor that
     needs no gradient (kernels._plain_eager: no softmax_props op in the profiler's record) and go
