@@ -124,8 +124,8 @@ ATTN_BWD_16 = {64: (32, 128, 4, 3, 128, 64, 4, 3), 128: (32, 128, 8, 3, 128, 64,
                256: (16, 64, 8, 1, 64, 16, 8, 1)}
 # the 16-bit head-dimension blocks whose dk/dv kernel issues dP^T = V dO^T right after S^T = K Q^T,
 # before the exponentials (DP_FIRST): the tensor cores then work on dP^T while the exponentials
-# run. One H100, bf16, L 4096, the kernel's own time: D 64 2.38 ms against 2.55 (causal 1.44
-# against 1.51); D 128 2.41 against 2.31 (causal 1.39 against 1.34), where dP^T's accumulator
+# run. One H100, bf16, L 4096, the kernel's own time: D 64 2.38 ms against 2.58 (causal 1.41
+# against 1.55); D 128 2.41 against 2.31 (causal 1.39 against 1.34), where dP^T's accumulator
 # held across the exponentials costs the kernel at 255 registers more than the overlap gains
 # (docs/results.md). The dq kernel's dP = dO V^T moved likewise measured 1.40 against 1.36 ms at
 # D 64 and the same at 128: it keeps its order.

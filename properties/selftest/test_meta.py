@@ -438,6 +438,8 @@ def test_attention_dp_first_changes_the_order_not_the_values(monkeypatch, causal
                                           ("ATTN_KERNELS_BWD", "32/0/8/3/128/64/8/3"),
                                           ("ATTN_KERNELS_BWD_DP_FIRST", "64;128")])
 def test_a_malformed_attention_knob_is_named(monkeypatch, name, setting):
+    """A malformed attention launch override raises a ValueError naming the variable, not an
+    unpacking error or a silent default."""
     from softmax_properties.kernels import _attention as AT
     try:
         monkeypatch.setenv(name, setting)
