@@ -629,12 +629,26 @@ def _head_block(D: int, Dv: int) -> int:
     return max(_padded(D), _padded(Dv))
 
 
+def _launch_shape(name: str, n: int):
+    """The override `name` (ATTN_KERNELS_FWD / _BWD) as n positive integers, or None where unset."""
+    env = L.knob(name)
+    if not env:
+        return None
+    try:
+        cfg = tuple(int(x) for x in env.split("/"))
+    except ValueError:
+        cfg = ()
+    if len(cfg) != n or min(cfg) < 1:
+        raise ValueError(f"{name}: expected {n} positive integers joined by '/', got {env!r}")
+    return cfg
+
+
 def fwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) of the forward (kernels/tuning.py;
     ATTN_KERNELS_FWD=BM/BN/W/S overrides)."""
-    env = L.knob("ATTN_KERNELS_FWD")
+    env = _launch_shape("ATTN_KERNELS_FWD", 4)
     if env:
-        return tuple(int(x) for x in env.split("/"))
+        return env
     if L.interpreting():
         return T.ATTN_FWD_INTERPRETER
     bd = max(_padded(D), _padded(Dv), 64)
@@ -645,15 +659,9 @@ def bwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
     """(BLOCK_M1, BLOCK_N1, num_warps1, num_stages1, BLOCK_M2, BLOCK_N2, num_warps2, num_stages2)
     of the backward: the dk/dv kernel's query and key blocks and launch shape, then the dq
     kernel's (kernels/tuning.py; ATTN_KERNELS_BWD overrides)."""
-    env = L.knob("ATTN_KERNELS_BWD")
+    env = _launch_shape("ATTN_KERNELS_BWD", 8)
     if env:
-        try:
-            cfg = tuple(int(x) for x in env.split("/"))
-        except ValueError:
-            cfg = ()
-        if len(cfg) != 8 or min(cfg) < 1:
-            raise ValueError(f"ATTN_KERNELS_BWD: expected 8 positive integers joined by '/', got {env!r}")
-        return cfg
+        return env
     if L.interpreting():
         return T.ATTN_BWD_INTERPRETER
     bd = max(_padded(D), _padded(Dv), 64)
@@ -796,8 +804,9 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     bd = bdv = _head_block(D, Dv)
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, o, do, dq, dk, dv), D, Dv, bd, bdv)
+    first = dp_first(q.dtype, bd)
     L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
-                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap), DP_FIRST=dp_first(q.dtype, bd))
+                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap), DP_FIRST=first)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
     const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
@@ -807,7 +816,7 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
             dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
     _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
             (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
-            dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=dp_first(q.dtype, bd)), warps1, stages1)
+            dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=first), warps1, stages1)
     return dq, dk, dv
 
 

@@ -436,7 +436,7 @@ def test_attention_dp_first_changes_the_order_not_the_values(monkeypatch, causal
 
 @pytest.mark.parametrize("name,setting", [("ATTN_KERNELS_BWD", "32/128/8/3"), ("ATTN_KERNELS_BWD", "a/b"),
                                           ("ATTN_KERNELS_BWD", "32/0/8/3/128/64/8/3"),
-                                          ("ATTN_KERNELS_BWD_DP_FIRST", "64;128")])
+                                          ("ATTN_KERNELS_BWD_DP_FIRST", "64;128"), ("ATTN_KERNELS_FWD", "128/64/8")])
 def test_a_malformed_attention_knob_is_named(monkeypatch, name, setting):
     """A malformed attention launch override raises a ValueError naming the variable, not an
     unpacking error or a silent default."""
@@ -445,6 +445,7 @@ def test_a_malformed_attention_knob_is_named(monkeypatch, name, setting):
         monkeypatch.setenv(name, setting)
         _launch.reload_knobs()
         with pytest.raises(ValueError, match=f"{name}: expected"):
+            AT.fwd_config(torch.bfloat16, 64, 64)
             AT.bwd_config(torch.bfloat16, 64, 64)
             AT.dp_first(torch.bfloat16, 64)
     finally:
