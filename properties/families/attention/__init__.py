@@ -16,7 +16,7 @@ import torch
 from softmax_properties import oracles
 from softmax_properties.oracles import sdpa
 
-from ...spec import OpSpec, lse_dtype, register
+from ...spec import OpSpec, register
 from . import strategies as S, truth
 
 OPTIONS = ("causal", "scale", "window", "softcap")

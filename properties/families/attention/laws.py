@@ -363,7 +363,7 @@ def attention_autograd_matches_vjp(case, target):
             if not o.requires_grad:
                 fail(case, target, f"o does not require grad when {which} require(s) grad")
             grads = torch.autograd.grad(o, [leaves[n] for n in wanted], do, allow_unused=True)
-        head = (f"q, k, v = (t.detach() for t in (q, k, v))\n"
+        head = ("q, k, v = (t.detach() for t in (q, k, v))\n"
                 + "".join(f"{n}.requires_grad_()\n" for n in wanted)
                 + f"{case._value_code(3, 'do')}\ndo = V\n"
                 f"o, lse = target.attention(q, k, v{kw})\ngrads = torch.autograd.grad(o, ({', '.join(wanted)},), do)\n")

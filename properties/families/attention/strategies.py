@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import math
 
-import torch
 from hypothesis import strategies as st
 
 from ... import strategies as S

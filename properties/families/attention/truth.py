@@ -1,8 +1,6 @@
 """The FP64 truth of attention's outputs and their bounds (bounds.py derives them)."""
 from __future__ import annotations
 
-import torch
-
 from softmax_properties.oracles import sdpa
 
 from ... import tolerances
