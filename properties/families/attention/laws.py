@@ -338,6 +338,17 @@ def grouped_heads_match_repeated(case, target):
 _GRAD_SUBSETS = (("q",), ("k",), ("v",), ("k", "v"))  # beside all three: one per example, by the case
 
 
+def _check_grad(case, target, name, got, x, e, via, call, hint=""):
+    """One gradient from autograd against its FP64 VJP (truth e): x's shape and dtype, then e's
+    bound; via says how it was formed, hint what a mismatch looks like, for the report."""
+    if got is None or tuple(got.shape) != tuple(x.shape) or got.dtype != x.dtype:
+        have = None if got is None else (tuple(got.shape), got.dtype)
+        fail(case, target, f"{name} from autograd {via} is {have}, expected shape {tuple(x.shape)} and {x.dtype}",
+             call=call)
+    assert_close(case, target, got, e.value, e.tol, f"{name} from autograd {via} differs from the FP64 VJP{hint}",
+                 call, dtype=case.dtype, out_name=name)
+
+
 @invariant(forward, needs=("autograd",))
 def attention_autograd_matches_vjp(case, target):
     """Autograd through attention's o: with q, k, v leaves (as laid out) and o's cotangent do
@@ -368,14 +379,8 @@ def attention_autograd_matches_vjp(case, target):
                 + f"{case._value_code(3, 'do')}\ndo = V\n"
                 f"o, lse = target.attention(q, k, v{kw})\ngrads = torch.autograd.grad(o, ({', '.join(wanted)},), do)\n")
         for i, (n, got) in enumerate(zip(wanted, grads)):
-            name, x, e = "d" + n, leaves[n], truths["qkv".index(n)]
-            call = head + f"out = grads[{i}]  # {name} vs the FP64 VJP"
-            if got is None or tuple(got.shape) != tuple(x.shape) or got.dtype != x.dtype:
-                have = None if got is None else (tuple(got.shape), got.dtype)
-                fail(case, target, f"{name} from autograd (with {which} requiring grad) is {have}, expected shape "
-                     f"{tuple(x.shape)} and {x.dtype}", call=call)
-            assert_close(case, target, got, e.value, e.tol, f"{name} from autograd through o (with {which} requiring "
-                         "grad) differs from the FP64 VJP", call, dtype=case.dtype, out_name=name)
+            _check_grad(case, target, "d" + n, got, leaves[n], truths["qkv".index(n)],
+                        f"through o (with {which} requiring grad)", head + f"out = grads[{i}]  # d{n} vs the FP64 VJP")
 
 
 @invariant(forward, needs=("autograd",))
@@ -414,21 +419,17 @@ def attention_lse_autograd_matches_vjp(case, target):
             + ("grads = torch.autograd.grad(lse, (q, k, v), dlse)\n" if lse_only
                else "grads = torch.autograd.grad((o, lse), (q, k, v), (do, dlse))\n"))
     for i, (n, got) in enumerate(zip("qkv", grads)):
-        name, x, e = "d" + n, leaves[i], truths[i]
-        call = head + f"out = grads[{i}]  # {name} vs the FP64 VJP"
+        x, e = leaves[i], truths[i]
         if got is None:  # not in the graph of the outputs used (v, for lse alone): a zero gradient
             got = torch.zeros_like(x)
-        if tuple(got.shape) != tuple(x.shape) or got.dtype != x.dtype:
-            fail(case, target, f"{name} from autograd through {which} is {(tuple(got.shape), got.dtype)}, "
-                 f"expected shape {tuple(x.shape)} and {x.dtype}", call=call)
         hint = ""
-        if bool(tolerances.compare(got, e.value, e.tol, case.dtype).any()):
+        if got.shape == x.shape and bool(tolerances.compare(got, e.value, e.tol, case.dtype).any()):
             # the VJP without lse's cotangent (0 for lse alone): a report that names a dropped dlse
             alone = torch.zeros_like(e.value) if lse_only else grads_truth(case, *plain, do)[i].value
             if not bool(tolerances.compare(got, alone, e.tol, case.dtype).any()):
                 hint = " (it is the VJP without lse's cotangent: the backward drops dlse)"
-        assert_close(case, target, got, e.value, e.tol, f"{name} from autograd through {which} differs from the "
-                     f"FP64 VJP{hint}", call, dtype=case.dtype, out_name=name)
+        _check_grad(case, target, "d" + n, got, x, e, f"through {which}",
+                    head + f"out = grads[{i}]  # d{n} vs the FP64 VJP", hint)
 
 
 @invariant(backward)
