@@ -11,8 +11,9 @@ one pattern per line, each with a ``# reason``::
 A trailing ``when KEY<op>VALUE ...`` clause limits an entry to the examples whose case matches
 every condition (``<op>``: ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=``; keys: ``dtype``, ``op``,
 ``reduction``, ``label_smoothing``, ``rows``, the batch's row count, ``target_min``, the smallest
-class index that is not ``ignore_index``, and ``failure``, the kind of the example's failure, a
-class of ``properties/failures.py``: ``failure=UnexpectedInf``)::
+class index that is not ``ignore_index``, attention's ``groups`` (query heads per key head) and
+``masked`` (1 under a causal or window mask, else 0), and ``failure``, the kind of the example's
+failure, a class of ``properties/failures.py``: ``failure=UnexpectedInf``)::
 
     test_property[*-cross_entropy] when dtype=float16 label_smoothing>0 failure=UnexpectedInf  # torch 4: ...
 
@@ -171,7 +172,7 @@ def apply(entries: list, items: list, warn: bool = True, device: str = None) -> 
 # entries with a ``when`` clause: per example
 # ----------------------------------------------------------------------------------------------
 CONDITIONAL: dict = {}  # node id -> the entries with a when clause that hold for it on this device (apply)
-KEYS = ("dtype", "op", "reduction", "label_smoothing", "rows", "target_min", "failure")
+KEYS = ("dtype", "op", "reduction", "label_smoothing", "rows", "target_min", "groups", "masked", "failure")
 _OPS = {"=": lambda a, b: a == b, "!=": lambda a, b: a != b, "<=": lambda a, b: a <= b,
         ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, ">": lambda a, b: a > b}
 
@@ -203,8 +204,9 @@ def _conditions(clause: str) -> tuple:
 
 def facts(case) -> dict:
     """What a when clause can test of a case: its op and dtype (a name: "float16"), the
-    cross-entropy options and smallest class index that is not ignore_index, and its row count
-    (the batch's size, where the case has a batch)."""
+    cross-entropy options and smallest class index that is not ignore_index, its row count
+    (the batch's size, where the case has a batch), and an attention case's query heads per key
+    head and whether a mask applies."""
     f = {"op": getattr(case, "op", None), "dtype": str(getattr(case, "dtype", "")).replace("torch.", "")}
     for key in ("reduction", "label_smoothing"):
         if hasattr(case, key):
@@ -216,6 +218,9 @@ def facts(case) -> dict:
     batch = getattr(case, "batch", None)
     if batch is not None:
         f["rows"] = math.prod(batch)
+    if hasattr(case, "Hq") and hasattr(case, "Hkv"):
+        f["groups"] = case.Hq // max(case.Hkv, 1)
+        f["masked"] = int(bool(getattr(case, "causal", False)) or getattr(case, "window", None) is not None)
     return f
 
 

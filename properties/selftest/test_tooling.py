@@ -144,6 +144,15 @@ def test_xfails_when_clause_parse_and_hold(tmp_path):
     assert expected.facts(C())["target_min"] == -1 and m.holds_for(C(), off)  # ignore_index is not a class index
     C.targets.values = (3, -100, 0)
     assert not m.holds_for(C(), off)
+    (g,) = expected.parse(_write(tmp_path / "x.txt", "test_property[a-*] when groups>1 masked=1  # grouped, masked\n"))
+    A = type("A", (), {"op": "attention", "dtype": torch.float32, "Hq": 4, "Hkv": 2, "causal": True, "window": None})
+    assert expected.facts(A())["groups"] == 2 and g.holds_for(A(), off)
+    A.causal, A.window = False, (3, 0)
+    assert g.holds_for(A(), off)  # a window is a mask too
+    A.window = None
+    assert not g.holds_for(A(), off)
+    A.causal, A.Hkv = True, 4
+    assert not g.holds_for(A(), off) and not g.holds_for(C(), off)  # one query head per key head; not attention
     items = [_Item("p.py::test_property[a-softmax]")]
     assert expected.apply([e], items) == {} and items[0].markers == []
     assert expected.CONDITIONAL == {"p.py::test_property[a-softmax]": [e]}
