@@ -3,9 +3,10 @@
 of the kernels' tuning knobs, and print the fraction of copy per setting, best marked.
 
 A setting is ``default`` (the launcher's own choice), a list of environment assignments
-``NAME=VALUE[,NAME=VALUE]``, or for the softmax family the shorthand ``TILE/PER_WARP``
-(SOFTMAX_KERNELS_TILE and SOFTMAX_KERNELS_PER_WARP; for backward cases SOFTMAX_KERNELS_TILE_BWD
-and SOFTMAX_KERNELS_PER_WARP_BWD). Settings are separated by ';'. The knobs, each with what it
+``NAME=VALUE[,NAME=VALUE]`` (a value may hold commas: ``ATTN_KERNELS_BWD_DP_FIRST=64,128``), or
+for the softmax family the shorthand ``TILE/PER_WARP`` (SOFTMAX_KERNELS_TILE and
+SOFTMAX_KERNELS_PER_WARP; for backward cases SOFTMAX_KERNELS_TILE_BWD and
+SOFTMAX_KERNELS_PER_WARP_BWD). Settings are separated by ';'. The knobs, each with what it
 overrides: kernels/tuning.py (OVERRIDES).
 
     python benchmarks/sweep.py --only softmax --ops softmax --ds 128,4096 --configs "default;2048/512"
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 
 import torch
 import triton
@@ -33,7 +35,8 @@ def _env(setting: str, backward: bool) -> dict:
         if backward:
             return {"SOFTMAX_KERNELS_TILE_BWD": tile, "SOFTMAX_KERNELS_PER_WARP_BWD": per_warp}
         return {"SOFTMAX_KERNELS_TILE": tile, "SOFTMAX_KERNELS_PER_WARP": per_warp}
-    return dict(kv.split("=", 1) for kv in setting.split(","))
+    # a ',' starts the next assignment only before NAME=: a value may hold commas itself
+    return dict(kv.split("=", 1) for kv in re.split(r",(?=[A-Z][A-Z0-9_]*=)", setting))
 
 
 @contextlib.contextmanager
