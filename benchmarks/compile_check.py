@@ -76,7 +76,7 @@ def check_attention():
         s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "O": f"*{dt}", "LSE": f"*{lse}",
              **{n: "i32" for n in AT._FWD_INTS},
              **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2")}}
-        c = dict(flags, BLOCK_M=bm, BLOCK_N=bn, REG_A=AT.reg_a("fwd", _TORCH[dt], bd))
+        c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
         try:
             t0 = time.perf_counter()
             compiled = triton.compile(ASTSource(AT._attn_fwd_kernel, dict(s, **{k: "constexpr" for k in c}), c),
@@ -95,9 +95,9 @@ def check_attention():
                                                  (AT._attn_bwd_dq_kernel, sq, bm2, bn2, w2, s2)):
             c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
             if kern is AT._attn_bwd_dq_kernel:
-                c.update(HAS_DLSE=full, REG_A=AT.reg_a("dq", _TORCH[dt], bd))
+                c["HAS_DLSE"] = full
             else:
-                c.update(DP_FIRST=AT.dp_first(_TORCH[dt], bd), REG_A=AT.reg_a("dkdv", _TORCH[dt], bd))
+                c["DP_FIRST"] = AT.dp_first(_TORCH[dt], bd)
             try:
                 t0 = time.perf_counter()
                 compiled = triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c), target=tgt,

@@ -115,18 +115,6 @@ def _join(x0, x1, x2, F64: tl.constexpr):
 
 
 @triton.jit
-def _held(x, mask, REG_A: tl.constexpr):
-    """A tile loaded once and held through a program's loop as the first operand of its matmuls:
-    with REG_A, passed through a select (the same values: the load's masked lanes are already 0),
-    which makes Triton feed it to Hopper's tensor cores from registers; straight from a load, it
-    is re-read from shared memory by every matmul (kernels/tuning.py, ATTN_REG_A)."""
-    if REG_A:
-        return tl.where(mask, x, 0.0)
-    else:
-        return x
-
-
-@triton.jit
 def _scores(s, sc, cm, SOFTCAP: tl.constexpr):
     """Raw dot products -> scores: s sc, or cm tanh(s sc) with softcap (sc = scale / c, cm = c).
     Returns (scores, tanh). A constexpr, not a runtime flag: a runtime branch here (a uniform
@@ -241,7 +229,6 @@ def _attn_fwd_kernel(
     sc0, sc1, sc2, cm0, cm1, cm2,
     F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    REG_A: tl.constexpr,
 ):
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     n_mb = tl.cdiv(Lq, BLOCK_M)
@@ -267,7 +254,7 @@ def _attn_fwd_kernel(
     qmask = rows[:, None] < Lq
     if not FULL:
         qmask = qmask & (offs_d[None, :] < D)
-    q = _held(tl.load(q_ptrs, mask=qmask, other=0.0), qmask, REG_A)
+    q = tl.load(q_ptrs, mask=qmask, other=0.0)
 
     acc = tl.zeros([BLOCK_M, BLOCK_DV], CT)
     l_i = tl.zeros([BLOCK_M], CT)
@@ -353,7 +340,7 @@ def _attn_bwd_dkdv_kernel(
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
     F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    DP_FIRST: tl.constexpr, REG_A: tl.constexpr,
+    DP_FIRST: tl.constexpr,
 ):
     """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
@@ -382,8 +369,8 @@ def _attn_bwd_dkdv_kernel(
     if FULL:
         k_ptrs = tl.max_contiguous(tl.multiple_of(k_ptrs, [1, 16]), [1, 16])
         v_ptrs = tl.max_contiguous(tl.multiple_of(v_ptrs, [1, 16]), [1, 16])
-    k = _held(tl.load(k_ptrs, mask=kmask, other=0.0), kmask, REG_A)
-    v = _held(tl.load(v_ptrs, mask=vmask, other=0.0), vmask, REG_A)
+    k = tl.load(k_ptrs, mask=kmask, other=0.0)
+    v = tl.load(v_ptrs, mask=vmask, other=0.0)
     dk = tl.zeros([BLOCK_N, BLOCK_D], CT)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], CT)
     # the queries that see key j: j - off - wr <= i <= j - off + wl (the transposed problem)
@@ -453,7 +440,6 @@ def _attn_bwd_dq_kernel(
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
     F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr, HAS_DLSE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    REG_A: tl.constexpr,
 ):
     """dq (GA) of BLOCK_M queries of one head, and first their delta = rowsum(o do) - dlse
     (DELTA, for the dk/dv kernel launched after this one)."""
@@ -488,8 +474,8 @@ def _attn_bwd_dq_kernel(
         q_ptrs = tl.max_contiguous(tl.multiple_of(q_ptrs, [1, 16]), [1, 16])
         do_ptrs = tl.max_contiguous(tl.multiple_of(do_ptrs, [1, 16]), [1, 16])
         o_ptrs = tl.max_contiguous(tl.multiple_of(o_ptrs, [1, 16]), [1, 16])
-    q = _held(tl.load(q_ptrs, mask=qmask, other=0.0), qmask, REG_A)
-    do = _held(tl.load(do_ptrs, mask=dmask, other=0.0), dmask, REG_A)
+    q = tl.load(q_ptrs, mask=qmask, other=0.0)
+    do = tl.load(do_ptrs, mask=dmask, other=0.0)
     o = tl.load(o_ptrs, mask=dmask, other=0.0)
     # delta here, not in a pass of its own: its rows are this program's, o one more tile to read
     delta = tl.sum(o.to(CT) * do.to(CT), 1)
@@ -697,28 +683,6 @@ def dp_first(dtype: torch.dtype, bd: int) -> bool:
     return dtype in (torch.bfloat16, torch.float16) and bd in T.ATTN_BWD_DP_FIRST
 
 
-_REG_A_KERNELS = ("fwd", "dq", "dkdv")
-
-
-def reg_a(kernel: str, dtype: torch.dtype, bd: int) -> bool:
-    """The REG_A constexpr of `kernel` ('fwd', 'dq' or 'dkdv') for a head-dimension block bd: 16-bit
-    blocks listed in ATTN_REG_A (kernels/tuning.py; ATTN_KERNELS_REG_A overrides: kernel:block
-    pairs, comma-separated, or empty for none)."""
-    env = L.knob("ATTN_KERNELS_REG_A")
-    if env is not None:
-        pairs = set()
-        for item in (x.strip() for x in env.split(",")):
-            name, _, block = item.partition(":")
-            if not item:
-                continue
-            if name not in _REG_A_KERNELS or not block.isdigit():
-                raise ValueError(f"ATTN_KERNELS_REG_A: expected kernel:block pairs joined by ',' (kernels "
-                                 f"{', '.join(_REG_A_KERNELS)}; or nothing), got {env!r}")
-            pairs.add((name, int(block)))
-        return (kernel, bd) in pairs
-    return dtype in (torch.bfloat16, torch.float16) and bd in T.ATTN_REG_A[kernel]
-
-
 def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) -> list:
     """Sequence lengths (Lq or Lk) where the kernels' block structure changes, forward or
     backward: each block size and its double (for the strategies to aim at, +-1)."""
@@ -816,8 +780,7 @@ def forward(q, k, v, scale: float, left, right, softcap):
     args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
             Hq, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap)[:6])
     _launch(_attn_fwd_kernel, _grid(triton.cdiv(Lq, bm), B * Hq), args,
-            dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv,
-                 REG_A=full and reg_a("fwd", q.dtype, bd)), warps, stages)
+            dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv), warps, stages)
     return o, lse
 
 
@@ -850,10 +813,10 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     # dq first: it writes the delta the dk/dv kernel reads
     _launch(_attn_bwd_dq_kernel, _grid(triton.cdiv(Lq, bm2), B * Hq),
             (q, k, v, do, lse, delta, dq, o, dl, *common, *dq.stride(), *o.stride(), *ints),
-            dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2, REG_A=full and reg_a("dq", q.dtype, bd)), warps2, stages2)
+            dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
     _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
             (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
-            dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=first, REG_A=full and reg_a("dkdv", q.dtype, bd)), warps1, stages1)
+            dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=first), warps1, stages1)
     return dq, dk, dv
 
 

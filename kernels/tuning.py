@@ -130,12 +130,6 @@ ATTN_BWD_16 = {64: (32, 128, 4, 3, 128, 64, 4, 3), 128: (32, 128, 8, 3, 128, 64,
 # (docs/results.md). The dq kernel's dP = dO V^T moved likewise measured 1.40 against 1.36 ms at
 # D 64 and the same at 128: it keeps its order.
 ATTN_BWD_DP_FIRST = frozenset({64})
-# the 16-bit head-dimension blocks, per kernel, whose held first matmul operand (the forward's and
-# the dq kernel's q (and do), the dk/dv kernel's k and v) feeds the tensor cores from registers
-# (REG_A, kernels/_attention.py _held) rather than from shared memory: the dk/dv kernel's N = 32
-# matmuls read their 64 x 16 A tile for every 64 x 32 x 16 step, as many shared-memory bytes
-# per step as the tensor cores take cycles for it
-ATTN_REG_A = {"fwd": frozenset({128}), "dq": frozenset({128}), "dkdv": frozenset({128})}
 ATTN_BWD_32 = {64: (16, 64, 4, 2, 64, 16, 4, 2), 128: (16, 64, 4, 1, 64, 16, 4, 1), 256: (16, 32, 4, 1, 32, 16, 4, 1)}
 ATTN_BWD_64 = {64: (16, 32, 4, 1, 32, 16, 4, 1), 128: (16, 32, 4, 1, 32, 16, 4, 1), 256: (16, 16, 4, 1, 16, 16, 4, 1)}
 # under the interpreter: small, unequal tiles, so CPU runs reach multi-block rows, partial blocks
@@ -175,8 +169,6 @@ OVERRIDES = {
                         "(dk/dv kernel, then dq kernel)",
     "ATTN_KERNELS_BWD_DP_FIRST": "attention dk/dv kernel: the head-dimension blocks (e.g. 64,128; empty: none) "
                                  "that issue dP^T's matmul before the exponentials, every dtype",
-    "ATTN_KERNELS_REG_A": "attention: kernel:block pairs (kernels fwd, dq, dkdv; e.g. dkdv:128,dq:64; empty: none) "
-                          "whose held matmul operand is fed from registers, every dtype",
     "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",
 }
 # read once, when the package is imported (an A/B switch of the launch path, not a launch shape)

@@ -410,44 +410,33 @@ def test_knobs_are_read_again_on_reload(monkeypatch):
         _launch.reload_knobs()
 
 
-_ALL_BLOCKS = ("16", "32", "64", "128", "256")
-
-
-@pytest.mark.parametrize("knob,on", [("ATTN_KERNELS_BWD_DP_FIRST", ",".join(_ALL_BLOCKS)),
-                                     ("ATTN_KERNELS_REG_A", ",".join(f"{k}:{b}" for k in ("fwd", "dq", "dkdv")
-                                                                     for b in _ALL_BLOCKS))])
 @pytest.mark.parametrize("causal,softcap,shape", [(False, None, (37, 50, 16, 16)), (True, 5.0, (70, 45, 64, 32))])
-def test_attention_code_layout_knobs_leave_the_values(monkeypatch, knob, on, causal, softcap, shape):
-    """The attention kernels' DP_FIRST (ATTN_KERNELS_BWD_DP_FIRST: the dk/dv kernel moves a matmul)
-    and REG_A (ATTN_KERNELS_REG_A: held operands fed from registers) change where work happens,
-    not what it computes: o, lse, dq, dk and dv are bitwise the same on and off (grouped heads, a
-    mask, softcap, partial blocks; 16-byte vectors where the shape allows, so FULL kernels too)."""
+def test_attention_dp_first_changes_the_order_not_the_values(monkeypatch, causal, softcap, shape):
+    """The dk/dv kernel's DP_FIRST (ATTN_KERNELS_BWD_DP_FIRST) only moves a matmul: dq, dk and dv
+    are bitwise the same with it on or off (grouped heads, a mask, softcap, partial blocks)."""
     from softmax_properties.kernels import _attention as AT
     Lq, Lk, D, Dv = shape
     g = torch.Generator().manual_seed(1)
     q, k, v, do = (torch.randn(*s, generator=g).to(DEV, torch.bfloat16)
                    for s in ((2, 4, Lq, D), (2, 2, Lk, D), (2, 2, Lk, Dv), (2, 4, Lq, Dv)))
-    outs = []
+    o, lse = AT.attention(q, k, v, causal=causal, softcap=softcap)
+    grads = []
     try:
-        for setting in ("", on):
-            monkeypatch.setenv(knob, setting)
+        for blocks in ("", "16,32,64,128,256"):
+            monkeypatch.setenv("ATTN_KERNELS_BWD_DP_FIRST", blocks)
             _launch.reload_knobs()
-            bd = AT._head_block(D, Dv)
-            chosen = AT.dp_first(q.dtype, bd) if knob.endswith("DP_FIRST") else AT.reg_a("dkdv", q.dtype, bd)
-            assert chosen == bool(setting)
-            o, lse = AT.attention(q, k, v, causal=causal, softcap=softcap)
-            outs.append((o, lse, *AT.attention_backward(q, k, v, o, lse, do, causal=causal, softcap=softcap)))
+            assert AT.dp_first(q.dtype, max(16, D)) == bool(blocks)
+            grads.append(AT.attention_backward(q, k, v, o, lse, do, causal=causal, softcap=softcap))
     finally:
         monkeypatch.undo()
         _launch.reload_knobs()
-    for name, a, b in zip(("o", "lse", "dq", "dk", "dv"), *outs):
+    for name, a, b in zip(("dq", "dk", "dv"), *grads):
         assert torch.equal(a, b), name
 
 
 @pytest.mark.parametrize("name,setting", [("ATTN_KERNELS_BWD", "32/128/8/3"), ("ATTN_KERNELS_BWD", "a/b"),
                                           ("ATTN_KERNELS_BWD", "32/0/8/3/128/64/8/3"),
-                                          ("ATTN_KERNELS_BWD_DP_FIRST", "64;128"), ("ATTN_KERNELS_FWD", "128/64/8"),
-                                          ("ATTN_KERNELS_REG_A", "dkdv128"), ("ATTN_KERNELS_REG_A", "bwd:64")])
+                                          ("ATTN_KERNELS_BWD_DP_FIRST", "64;128"), ("ATTN_KERNELS_FWD", "128/64/8")])
 def test_a_malformed_attention_knob_is_named(monkeypatch, name, setting):
     """A malformed attention launch override raises a ValueError naming the variable, not an
     unpacking error or a silent default."""
@@ -459,7 +448,6 @@ def test_a_malformed_attention_knob_is_named(monkeypatch, name, setting):
             AT.fwd_config(torch.bfloat16, 64, 64)
             AT.bwd_config(torch.bfloat16, 64, 64)
             AT.dp_first(torch.bfloat16, 64)
-            AT.reg_a("dq", torch.bfloat16, 64)
     finally:
         monkeypatch.undo()
         _launch.reload_knobs()
