@@ -6,6 +6,8 @@ each check is also run with its patch suspended, to show it fails without it."""
 from __future__ import annotations
 
 import math
+import resource
+import sys
 
 import numpy as np
 import pytest
@@ -316,12 +318,54 @@ def test_libdevice_refuses_16_bit_arguments_as_compiled():
         _libdevice_math[(1,)](x, torch.empty_like(x), 8, 0.25, BLOCK=8)
 
 
+# ---- frame_stack: one frame-stack chunk mapped per launch --------------------------------------
+@triton.jit
+def _many_ops(X, Y, N, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    x = tl.load(X + o, mask=o < N, other=0.0)
+    for _ in range(64):
+        x = x * 0.5 + 1.0
+    tl.store(Y + o, x, mask=o < N)
+
+
+def _page_faults_at_depth(depth: int, launch) -> int:
+    """Minor page faults of launch(), called `depth` frames (about 140 bytes each) deeper."""
+    if depth:
+        return _page_faults_at_depth(depth - 1, launch)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    launch()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+@only_interpreting
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="CPython 3.10 keeps frames on the heap, in no chunks")
+def test_frame_stack_patch_maps_one_chunk_per_launch():
+    """A kernel of some hundred interpreted operations, launched from every stack depth across more
+    than a 16 KB chunk: with the patch each launch costs a few page faults wherever it starts;
+    without it, the depths that put its operations on a chunk's edge cost thousands (a chunk
+    mapped and unmapped per operation), and the results are the same bits."""
+    x = torch.linspace(-3.0, 3.0, 16)
+    ys = []
+
+    def launch():
+        ys.append(torch.empty_like(x))
+        _many_ops[(1,)](x, ys[-1], 16, BLOCK=16)
+    launch()
+    depths = range(160)
+    on = [_page_faults_at_depth(d, launch) for d in depths]
+    with interpreter.suspended("frame_stack"):
+        off = [_page_faults_at_depth(d, launch) for d in depths]
+    assert max(on) < 100, on
+    assert max(off) > 1000, off  # the control: the edge was crossed, and the patch is what removed its cost
+    assert all(torch.equal(y, ys[0]) for y in ys)
+
+
 # ---- install(), patches(), suspended() ---------------------------------------------------------
 @only_interpreting
 def test_install_is_idempotent_and_every_patch_is_on():
     assert interpreter.install() and interpreter.install()
     assert interpreter.patches() == {"autotune": "on", "casts": "on", "float_args": "on", "nested_calls": "on",
-                                     "bfloat16_math": "on", "libdevice": "on"}
+                                     "bfloat16_math": "on", "libdevice": "on", "frame_stack": "on"}
     with pytest.raises(ValueError, match="names must be among"):
         with interpreter.suspended("rounding"):
             pass
@@ -340,14 +384,15 @@ def test_missing_internal_leaves_the_patch_off_and_says_why(monkeypatch):
                                                      "float_args": missing,
                                                      "nested_calls": lambda: done.append("nested_calls") or [],
                                                      "bfloat16_math": lambda: done.append("bfloat16_math") or [],
-                                                     "libdevice": lambda: done.append("libdevice") or []})
+                                                     "libdevice": lambda: done.append("libdevice") or [],
+                                                     "frame_stack": lambda: done.append("frame_stack") or []})
     assert interpreter.install() is False
     state = interpreter.patches()
     assert state["autotune"] == state["casts"] == state["nested_calls"] == state["bfloat16_math"] == "on"
-    assert done == ["autotune", "casts", "nested_calls", "bfloat16_math", "libdevice"]
+    assert done == ["autotune", "casts", "nested_calls", "bfloat16_math", "libdevice", "frame_stack"]
     assert state["float_args"].startswith("off (AttributeError: ") and "_implicit_cvt" in state["float_args"]
     assert interpreter.install() is False  # idempotent
-    assert done == ["autotune", "casts", "nested_calls", "bfloat16_math", "libdevice"]
+    assert done == ["autotune", "casts", "nested_calls", "bfloat16_math", "libdevice", "frame_stack"]
     with pytest.raises(RuntimeError, match="not installed"):
         with interpreter.suspended("float_args"):
             pass
