@@ -6,7 +6,6 @@ each check is also run with its patch suspended, to show it fails without it."""
 from __future__ import annotations
 
 import math
-import resource
 import sys
 
 import numpy as np
@@ -330,6 +329,7 @@ def _many_ops(X, Y, N, BLOCK: tl.constexpr):
 
 def _page_faults_at_depth(depth: int, launch) -> int:
     """Minor page faults of launch(), called `depth` frames (about 140 bytes each) deeper."""
+    import resource  # POSIX only: the test skips without it
     if depth:
         return _page_faults_at_depth(depth - 1, launch)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -344,6 +344,7 @@ def test_frame_stack_patch_maps_one_chunk_per_launch():
     than a 16 KB chunk: with the patch each launch costs a few page faults wherever it starts;
     without it, the depths that put its operations on a chunk's edge cost thousands (a chunk
     mapped and unmapped per operation), and the results are the same bits."""
+    pytest.importorskip("resource")
     x = torch.linspace(-3.0, 3.0, 16)
     ys = []
 
