@@ -218,9 +218,9 @@ def facts(case) -> dict:
     batch = getattr(case, "batch", None)
     if batch is not None:
         f["rows"] = math.prod(batch)
-    if hasattr(case, "Hq") and hasattr(case, "Hkv"):
-        f["groups"] = case.Hq // max(case.Hkv, 1)
-        f["masked"] = int(bool(getattr(case, "causal", False)) or getattr(case, "window", None) is not None)
+    if hasattr(case, "group") and hasattr(case, "masked"):  # an attention case (AttnCase)
+        f["groups"] = case.group
+        f["masked"] = int(case.masked)
     return f
 
 

@@ -75,7 +75,7 @@ def test_a_law_gets_the_cases_its_precondition_needs(law_name):
     finds keys to change in most (a window of unbounded sides masks nothing)."""
     from hypothesis import given, settings
     from .. import strategies as S
-    from ..families.attention.laws import _invisible_change, _masked
+    from ..families.attention.laws import _invisible_change
     inv = law(law_name)
     picked = []
 
@@ -83,10 +83,10 @@ def test_a_law_gets_the_cases_its_precondition_needs(law_name):
     @given(S.cases("attention", inv.families, inv.max_cols))
     def draw(case):
         if law_name == "mask_locality":
-            assert _masked(case) and case.Lq >= 2 and case.Lk >= 2, case
+            assert case.masked and case.Lq >= 2 and case.Lk >= 2, case
             picked.append(_invisible_change(case) is not None)
         elif law_name == "split_kv_equivalence":
-            assert not _masked(case) and case.Lk >= 2, case
+            assert not case.masked and case.Lk >= 2, case
         else:
             assert case.group > 1, case
     draw()

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from .. import expected, failures, interpreter, replay, strategies as S
 from ..case import Case
+from ..families.attention.case import AttnCase
 from ..strategies import Input, Layout, Logits
 from . import ROOT
 
@@ -145,14 +146,12 @@ def test_xfails_when_clause_parse_and_hold(tmp_path):
     C.targets.values = (3, -100, 0)
     assert not m.holds_for(C(), off)
     (g,) = expected.parse(_write(tmp_path / "x.txt", "test_property[a-*] when groups>1 masked=1  # grouped, masked\n"))
-    A = type("A", (), {"op": "attention", "dtype": torch.float32, "Hq": 4, "Hkv": 2, "causal": True, "window": None})
-    assert expected.facts(A())["groups"] == 2 and g.holds_for(A(), off)
-    A.causal, A.window = False, (3, 0)
-    assert g.holds_for(A(), off)  # a window is a mask too
-    A.window = None
-    assert not g.holds_for(A(), off)
-    A.causal, A.Hkv = True, 4
-    assert not g.holds_for(A(), off) and not g.holds_for(C(), off)  # one query head per key head; not attention
+    a = AttnCase("attention", torch.float32, B=1, Hq=4, Hkv=2, Lq=5, Lk=5, D=16, Dv=16, causal=True)
+    assert expected.facts(a)["groups"] == 2 and g.holds_for(a, off)
+    assert g.holds_for(replace(a, causal=False, window=(3, 0)), off)  # a window is a mask too
+    assert not g.holds_for(replace(a, causal=False), off)
+    assert not g.holds_for(replace(a, Hkv=4), off)  # one query head per key head
+    assert not g.holds_for(C(), off)  # not attention
     items = [_Item("p.py::test_property[a-softmax]")]
     assert expected.apply([e], items) == {} and items[0].markers == []
     assert expected.CONDITIONAL == {"p.py::test_property[a-softmax]": [e]}

@@ -91,6 +91,11 @@ class AttnCase(OpCase):
         return self.Hq // self.Hkv
 
     @property
+    def masked(self) -> bool:
+        """A causal or window mask applies (its positions are not all visible)."""
+        return self.causal or self.window is not None
+
+    @property
     def scale_value(self) -> float:
         return 1.0 / math.sqrt(self.D) if self.scale is None else float(self.scale)
 

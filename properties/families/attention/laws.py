@@ -39,10 +39,6 @@ def _call(case, target, q, k, v):
     return out
 
 
-def _masked(case) -> bool:
-    return case.causal or case.window is not None
-
-
 @invariant(attention_op, strict="attention_matches_oracle_strict")
 def attention_matches_oracle(case, target, strict=False):
     """attention's (o, lse) and attention_backward's (dq, dk, dv) equal the FP64 oracle
@@ -96,7 +92,7 @@ def split_kv_equivalence(case, target):
     (eps_o_c + |o_c| expm1(2L)) and its lse within L (W_c the FP64 weights). The seed of ring
     attention and split-KV decoding: the lse a kernel returns must be the one its o is
     normalized by."""
-    assume(not _masked(case) and case.Lk >= 2)
+    assume(not case.masked and case.Lk >= 2)
     q, k, v = case.tensors(target.device)
     s = 1 + case.seed % (case.Lk - 1)
     parts, exp = [], []
@@ -125,7 +121,7 @@ def key_permutation_invariance(case, target):
     matter) leaves o and lse unchanged: softmax and the weighted sum are symmetric in the keys.
     The permutation comes from the case's seed. Bound: both calls within their bound of the same
     FP64 truth, so the two within twice the bound."""
-    assume(not _masked(case) and case.Lk >= 2)
+    assume(not case.masked and case.Lk >= 2)
     q, k, v = case.tensors(target.device)
     perm = torch.randperm(case.Lk, generator=torch.Generator().manual_seed(case.seed)).tolist()
     o1, l1 = _call(case, target, q, k, v)
@@ -281,7 +277,7 @@ def mask_locality(case, target, strict=False):
     strict: bitwise (a kernel whose arithmetic for a row depends on keys the row cannot see, such
     as a row max taken before masking, changes in the last bits). Needs the causal option (a
     target without it is skipped, naming it); windows are drawn where the target takes them."""
-    assume(_masked(case) and case.Lk >= 2)
+    assume(case.masked and case.Lk >= 2)
     q, k, v = case.tensors(target.device)
     pick = _invisible_change(case)
     assume(pick is not None)
