@@ -96,10 +96,8 @@ def check_attention():
             c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
             if kern is AT._attn_bwd_dq_kernel:
                 c["HAS_DLSE"] = full
-                c["LAG"] = AT.dq_lag(_TORCH[dt], bd)
             else:
-                c["LAG"] = AT.lag(_TORCH[dt], bd)
-                c["DP_FIRST"] = AT.dp_first(_TORCH[dt], bd) and not c["LAG"]
+                c["DP_FIRST"] = AT.dp_first(_TORCH[dt], bd)
             try:
                 t0 = time.perf_counter()
                 compiled = triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c), target=tgt,

@@ -160,54 +160,37 @@ def _ranges(a0, BA: tl.constexpr, n_a, n_b, lo_off, hi_off, BB: tl.constexpr):
 
 
 @triton.jit
-def _dkdv_step(dk, dv, dsT_prev, q_prev, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-               F64: tl.constexpr, SOFTCAP: tl.constexpr, MASKED: tl.constexpr, DP_FIRST: tl.constexpr,
-               LAG: tl.constexpr):
-    """One query block's share of dk and dv (a key block held, [BLOCK_N, BLOCK_M] tiles); returns
-    (dk, dv, dS^T in qT's dtype). DP_FIRST: dP^T's matmul issued right after S^T's, before the
-    exponentials. LAG: the previous block's dk term (dsT_prev q_prev) issued right after S^T's
-    matmul, and dV's after dP^T's, so that the tensor cores work on an accumulating matmul while
-    the exponentials and then dS^T form (Triton waits on every other matmul where it is issued);
-    this block's dk term is left to the next step. Either order gives the same values, bitwise
-    (kernels/tuning.py, ATTN_BWD_DP_FIRST, ATTN_BWD_LAG)."""
+def _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+               F64: tl.constexpr, SOFTCAP: tl.constexpr, MASKED: tl.constexpr, DP_FIRST: tl.constexpr):
+    """One query block's share of dk and dv (a key block held, [BLOCK_N, BLOCK_M] tiles). DP_FIRST:
+    dP^T's matmul issued right after S^T's, before the exponentials (the same values, bitwise;
+    kernels/tuning.py, ATTN_BWD_DP_FIRST)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     sT = tl.dot(k, qT, input_precision="ieee", out_dtype=CT)
-    if LAG:
-        dk = tl.dot(dsT_prev.to(q_prev.dtype), q_prev, dk, input_precision="ieee", out_dtype=CT)
     if DP_FIRST:
         dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
     sT, th = _scores(sT, sc, cm, SOFTCAP)
     pT = _exp(sT - lse[None, :], F64)
     if MASKED:
         pT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), pT, 0.0)
-    if LAG:
+    dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
+    if not DP_FIRST:
         dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
-        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
-    else:
-        dv = tl.dot(pT.to(do.dtype), do, dv, input_precision="ieee", out_dtype=CT)
-        if not DP_FIRST:
-            dpT = tl.dot(v, tl.trans(do), input_precision="ieee", out_dtype=CT)
     dsT = pT * (dpT - delta[None, :])
     if SOFTCAP:
         dsT = dsT * (1 - th * th)
     if MASKED:
         dsT = tl.where(tl.trans(_visible(rows, cols, Lq, Lk, off, wl, wr)), dsT, 0.0)
-    if not LAG:
-        dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision="ieee", out_dtype=CT)
-    return dk, dv, dsT
+    dk = tl.dot(dsT.to(qT.dtype), tl.trans(qT), dk, input_precision="ieee", out_dtype=CT)
+    return dk, dv
 
 
 @triton.jit
-def _dq_step(dq, ds_prev, k_prev, q, do, kT, vT, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-             F64: tl.constexpr, SOFTCAP: tl.constexpr, MASKED: tl.constexpr, LAG: tl.constexpr):
-    """One key block's share of dq (a query block held, [BLOCK_M, BLOCK_N] tiles); returns (dq,
-    dS). LAG: the previous block's term (ds_prev k_prev) issued right after S's matmul, in flight
-    while the exponentials form, this block's left to the next step (the same values, bitwise;
-    kernels/tuning.py, ATTN_DQ_LAG)."""
+def _dq_step(dq, q, do, kT, vT, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+             F64: tl.constexpr, SOFTCAP: tl.constexpr, MASKED: tl.constexpr):
+    """One key block's share of dq (a query block held, [BLOCK_M, BLOCK_N] tiles)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     s = tl.dot(q, kT, input_precision="ieee", out_dtype=CT)
-    if LAG:
-        dq = tl.dot(ds_prev.to(k_prev.dtype), k_prev, dq, input_precision="ieee", out_dtype=CT)
     s, th = _scores(s, sc, cm, SOFTCAP)
     p = _exp(s - lse[:, None], F64)
     if MASKED:
@@ -218,9 +201,8 @@ def _dq_step(dq, ds_prev, k_prev, q, do, kT, vT, lse, delta, rows, cols, sc, cm,
         ds = ds * (1 - th * th)
     if MASKED:
         ds = tl.where(_visible(rows, cols, Lq, Lk, off, wl, wr), ds, 0.0)
-    if not LAG:
-        dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision="ieee", out_dtype=CT)
-    return dq, ds
+    dq = tl.dot(ds.to(kT.dtype), tl.trans(kT), dq, input_precision="ieee", out_dtype=CT)
+    return dq
 
 
 # The loops and their loads live in the kernels' bodies: Triton (3.9, sm_90) drops the
@@ -361,7 +343,7 @@ def _attn_bwd_dkdv_kernel(
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
     F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    DP_FIRST: tl.constexpr, LAG: tl.constexpr,
+    DP_FIRST: tl.constexpr,
 ):
     """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads (LSE:
     the rows' lse as the dq kernel wrote it, LSEB there)."""
@@ -408,41 +390,23 @@ def _attn_bwd_dkdv_kernel(
         # the query blocks every pair of which is visible: no mask, no tail
         qp = Q_h + (r1 + offs_m).to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
         dop = DO_h + (r1 + offs_m).to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
-        # LAG: the previous block's q rows (none before r1) and dS^T
-        pp = Q_h + (r1 - BLOCK_M + offs_m).to(tl.int64)[:, None] * sqm + offs_d[None, :].to(tl.int64) * sqd
-        dsT = tl.zeros([BLOCK_N, BLOCK_M], CT)
-        q_prev = tl.zeros([BLOCK_M, BLOCK_D], Q.dtype.element_ty)
         for start_m in range(r1, r2, BLOCK_M):
             rows = start_m + offs_m
             qph = qp
             doph = dop
-            pph = pp
             if FULL:
                 qph = tl.max_contiguous(tl.multiple_of(qp, [16, 1]), [16, 1])
                 doph = tl.max_contiguous(tl.multiple_of(dop, [1, 16]), [1, 16])
-                pph = tl.max_contiguous(tl.multiple_of(pp, [1, 16]), [1, 16])
                 qT = tl.load(qph)
                 do = tl.load(doph)
-                if LAG:
-                    q_prev = tl.load(pph, mask=rows[:, None] >= r1 + BLOCK_M, other=0.0)
             else:
                 qT = tl.load(qph, mask=offs_d[:, None] < D, other=0.0)
                 do = tl.load(doph, mask=offs_dv[None, :] < Dv, other=0.0)
-                if LAG:
-                    q_prev = tl.load(pph, mask=(rows[:, None] >= r1 + BLOCK_M) & (offs_d[None, :] < D), other=0.0)
             lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
-            dk, dv, dsT = _dkdv_step(dk, dv, dsT, q_prev, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk,
-                                     off, wl, wr, F64, SOFTCAP, False, DP_FIRST, LAG)
+            dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+                                F64, SOFTCAP, False, DP_FIRST)
             qp += tl.cast(sqm, tl.int64) * BLOCK_M
             dop += tl.cast(sdm, tl.int64) * BLOCK_M
-            pp += tl.cast(sqm, tl.int64) * BLOCK_M
-        if LAG:  # the last block's dk term (none where the loop ran no step)
-            rows = r2 - BLOCK_M + offs_m
-            pmask = rows[:, None] >= r1
-            if not FULL:
-                pmask = pmask & (offs_d[None, :] < D)
-            q_prev = tl.load(pp, mask=pmask, other=0.0)
-            dk = tl.dot(dsT.to(q_prev.dtype), q_prev, dk, input_precision="ieee", out_dtype=CT)
         # the blocks on a mask's edge or past the end of the queries: before r1, from r2 on
         for i in tl.range(0, n_edge, num_stages=1):
             rows = tl.where(i < n1, lo + i * BLOCK_M, r2 + (i - n1) * BLOCK_M) + offs_m
@@ -459,8 +423,8 @@ def _attn_bwd_dkdv_kernel(
             qT = tl.load(qph, mask=qmask, other=0.0)
             do = tl.load(doph, mask=dmask, other=0.0)
             lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
-            dk, dv, _ = _dkdv_step(dk, dv, qT, qT, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk,
-                                   off, wl, wr, F64, SOFTCAP, True, DP_FIRST, False)
+            dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+                                F64, SOFTCAP, True, DP_FIRST)
     dk = dk * gs
     dk_ptrs = GA + b * sgb + hk * sgh + cols.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
     dv_ptrs = GB + b * sub + hk * suh + cols.to(tl.int64)[:, None] * sun + offs_dv[None, :].to(tl.int64) * sud
@@ -480,7 +444,6 @@ def _attn_bwd_dq_kernel(
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
     F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr, HAS_DLSE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    LAG: tl.constexpr,
 ):
     """dq (GA) of BLOCK_M queries of one head, and first their delta = rowsum(o do) - dlse
     (DELTA) and lse as _row_lse gives it (LSEB), for the dk/dv kernel launched after this one."""
@@ -533,40 +496,21 @@ def _attn_bwd_dq_kernel(
     # the key blocks every pair of which is visible: no mask, no tail
     kp = K_h + (r1 + offs_n).to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
     vp = V_h + (r1 + offs_n).to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
-    # LAG: the previous block's k rows (none before r1) and dS
-    pp = K_h + (r1 - BLOCK_N + offs_n).to(tl.int64)[:, None] * skn + offs_d[None, :].to(tl.int64) * skd
-    ds = tl.zeros([BLOCK_M, BLOCK_N], CT)
-    k_prev = tl.zeros([BLOCK_N, BLOCK_D], K.dtype.element_ty)
     for start_n in range(r1, r2, BLOCK_N):
-        cols = start_n + offs_n
         kph = kp
         vph = vp
-        pph = pp
         if FULL:
             kph = tl.max_contiguous(tl.multiple_of(kp, [16, 1]), [16, 1])
             vph = tl.max_contiguous(tl.multiple_of(vp, [16, 1]), [16, 1])
-            pph = tl.max_contiguous(tl.multiple_of(pp, [1, 16]), [1, 16])
             kT = tl.load(kph)
             vT = tl.load(vph)
-            if LAG:
-                k_prev = tl.load(pph, mask=cols[:, None] >= r1 + BLOCK_N, other=0.0)
         else:
             kT = tl.load(kph, mask=offs_d[:, None] < D, other=0.0)
             vT = tl.load(vph, mask=offs_dv[:, None] < Dv, other=0.0)
-            if LAG:
-                k_prev = tl.load(pph, mask=(cols[:, None] >= r1 + BLOCK_N) & (offs_d[None, :] < D), other=0.0)
-        dq, ds = _dq_step(dq, ds, k_prev, q, do, kT, vT, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-                          F64, SOFTCAP, False, LAG)
+        dq = _dq_step(dq, q, do, kT, vT, lse, delta, rows, start_n + offs_n, sc, cm, Lq, Lk, off, wl, wr,
+                      F64, SOFTCAP, False)
         kp += tl.cast(skn, tl.int64) * BLOCK_N
         vp += tl.cast(svn, tl.int64) * BLOCK_N
-        pp += tl.cast(skn, tl.int64) * BLOCK_N
-    if LAG:  # the last block's term (none where the loop ran no step)
-        cols = r2 - BLOCK_N + offs_n
-        pmask = cols[:, None] >= r1
-        if not FULL:
-            pmask = pmask & (offs_d[None, :] < D)
-        k_prev = tl.load(pp, mask=pmask, other=0.0)
-        dq = tl.dot(ds.to(k_prev.dtype), k_prev, dq, input_precision="ieee", out_dtype=CT)
     # the blocks on a mask's edge or past the end of the keys: before r1, from r2 on
     n1 = tl.cdiv(tl.maximum(r1 - lo, 0), BLOCK_N)
     for i in range(0, n1 + tl.cdiv(tl.maximum(hi - r2, 0), BLOCK_N)):
@@ -583,8 +527,8 @@ def _attn_bwd_dq_kernel(
             vmask = vmask & (offs_dv[:, None] < Dv)
         kT = tl.load(kph, mask=kmask, other=0.0)
         vT = tl.load(vph, mask=vmask, other=0.0)
-        dq, _ = _dq_step(dq, dq, kT, q, do, kT, vT, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-                         F64, SOFTCAP, True, False)
+        dq = _dq_step(dq, q, do, kT, vT, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+                      F64, SOFTCAP, True)
     dq = dq * gs
     dq_ptrs = GA + b * sgb + h * sgh + rows.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
     if FULL:
@@ -729,38 +673,19 @@ def bwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
     return _table(dtype, False)[bd]
 
 
-def _blocks_knob(name: str, dtype: torch.dtype, bd: int, table) -> bool:
-    """Whether the head-dimension block bd is on for a 16-bit dtype: in the override `name` (the
-    blocks, comma-separated, or empty for none) where it is set, else in the table."""
-    env = L.knob(name)
-    if env is not None:
-        try:
-            blocks = {int(x) for x in env.split(",") if x.strip()}
-        except ValueError:
-            raise ValueError(f"{name}: expected head-dimension blocks joined by ',' "
-                             f"(or nothing), got {env!r}") from None
-        return bd in blocks
-    return dtype in (torch.bfloat16, torch.float16) and bd in table
-
-
 def dp_first(dtype: torch.dtype, bd: int) -> bool:
     """The dk/dv kernel's DP_FIRST for a head-dimension block bd: 16-bit blocks listed in
     ATTN_BWD_DP_FIRST (kernels/tuning.py; ATTN_KERNELS_BWD_DP_FIRST overrides: the blocks, comma-
     separated, or empty for none)."""
-    return _blocks_knob("ATTN_KERNELS_BWD_DP_FIRST", dtype, bd, T.ATTN_BWD_DP_FIRST)
-
-
-def dq_lag(dtype: torch.dtype, bd: int) -> bool:
-    """The dq kernel's LAG for a head-dimension block bd: 16-bit blocks listed in ATTN_DQ_LAG
-    (kernels/tuning.py; ATTN_KERNELS_DQ_LAG overrides like ATTN_KERNELS_BWD_LAG)."""
-    return _blocks_knob("ATTN_KERNELS_DQ_LAG", dtype, bd, T.ATTN_DQ_LAG)
-
-
-def lag(dtype: torch.dtype, bd: int) -> bool:
-    """The dk/dv kernel's LAG for a head-dimension block bd: 16-bit blocks listed in ATTN_BWD_LAG
-    (kernels/tuning.py; ATTN_KERNELS_BWD_LAG overrides: the blocks, comma-separated, or empty for
-    none). Where it is on, DP_FIRST is off (the two orders exclude each other)."""
-    return _blocks_knob("ATTN_KERNELS_BWD_LAG", dtype, bd, T.ATTN_BWD_LAG)
+    env = L.knob("ATTN_KERNELS_BWD_DP_FIRST")
+    if env is not None:
+        try:
+            blocks = {int(x) for x in env.split(",") if x.strip()}
+        except ValueError:
+            raise ValueError(f"ATTN_KERNELS_BWD_DP_FIRST: expected head-dimension blocks joined by ',' "
+                             f"(or nothing), got {env!r}") from None
+        return bd in blocks
+    return dtype in (torch.bfloat16, torch.float16) and bd in T.ATTN_BWD_DP_FIRST
 
 
 def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) -> list:
@@ -884,22 +809,19 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     bd = bdv = _head_block(D, Dv)
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, o, do, dq, dk, dv), D, Dv, bd, bdv)
-    lagged = lag(q.dtype, bd)
-    first = dp_first(q.dtype, bd) and not lagged
-    dq_lagged = dq_lag(q.dtype, bd)
+    first = dp_first(q.dtype, bd)
     L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
-                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap), DP_FIRST=first, LAG=lagged,
-                   DQ_LAG=dq_lagged)
+                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap), DP_FIRST=first)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
     const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
     # dq first: it writes the delta and lse the dk/dv kernel reads
     _launch(_attn_bwd_dq_kernel, _grid(triton.cdiv(Lq, bm2), B * Hq),
             (q, k, v, do, lse, delta, dq, o, dl, lseb, *common, *dq.stride(), *o.stride(), *ints),
-            dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2, LAG=dq_lagged), warps2, stages2)
+            dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
     _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
             (q, k, v, do, lseb, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
-            dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=first, LAG=lagged), warps1, stages1)
+            dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=first), warps1, stages1)
     return dq, dk, dv
 
 

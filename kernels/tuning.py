@@ -130,15 +130,6 @@ ATTN_BWD_16 = {64: (32, 128, 4, 3, 128, 64, 4, 3), 128: (32, 128, 8, 3, 128, 64,
 # (docs/results.md). The dq kernel's dP = dO V^T moved likewise measured 1.40 against 1.36 ms at
 # D 64 and the same at 128: it keeps its order.
 ATTN_BWD_DP_FIRST = frozenset({64})
-# the 16-bit head-dimension blocks whose dk/dv kernel lags its dk term a query block (LAG): the
-# previous block's dS^T Q matmul is issued right after this block's S^T = K Q^T, and dV's after
-# dP^T's, so that an accumulating matmul runs on the tensor cores while the exponentials and then
-# dS^T form. Triton (3.6, 3.9) waits on every other matmul right where it is issued, so in the
-# plain order the tensor cores idle through both. The cost: the previous block's q rows read
-# again (from L2) and its dS^T held in registers. ATTN_DQ_LAG: the same for the dq kernel's dS K
-# (the exponentials only: its one accumulating matmul).
-ATTN_BWD_LAG = frozenset()
-ATTN_DQ_LAG = frozenset()
 ATTN_BWD_32 = {64: (16, 64, 4, 2, 64, 16, 4, 2), 128: (16, 64, 4, 1, 64, 16, 4, 1), 256: (16, 32, 4, 1, 32, 16, 4, 1)}
 ATTN_BWD_64 = {64: (16, 32, 4, 1, 32, 16, 4, 1), 128: (16, 32, 4, 1, 32, 16, 4, 1), 256: (16, 16, 4, 1, 16, 16, 4, 1)}
 # under the interpreter: small, unequal tiles, so CPU runs reach multi-block rows, partial blocks
@@ -176,10 +167,6 @@ OVERRIDES = {
     "ATTN_KERNELS_FWD": "attention forward BLOCK_M/BLOCK_N/num_warps/num_stages, every head dimension",
     "ATTN_KERNELS_BWD": "attention backward BLOCK_M1/BLOCK_N1/num_warps1/num_stages1/BLOCK_M2/BLOCK_N2/num_warps2/num_stages2 "
                         "(dk/dv kernel, then dq kernel)",
-    "ATTN_KERNELS_BWD_LAG": "attention dk/dv kernel: the head-dimension blocks (e.g. 64,128; empty: none) "
-                            "whose dk term lags a query block (ATTN_BWD_LAG), every dtype",
-    "ATTN_KERNELS_DQ_LAG": "attention dq kernel: the head-dimension blocks (e.g. 64,128; empty: none) "
-                           "whose dq term lags a key block (ATTN_DQ_LAG), every dtype",
     "ATTN_KERNELS_BWD_DP_FIRST": "attention dk/dv kernel: the head-dimension blocks (e.g. 64,128; empty: none) "
                                  "that issue dP^T's matmul before the exponentials, every dtype",
     "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",

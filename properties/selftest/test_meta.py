@@ -410,14 +410,10 @@ def test_knobs_are_read_again_on_reload(monkeypatch):
         _launch.reload_knobs()
 
 
-@pytest.mark.parametrize("knob,flag", [("ATTN_KERNELS_BWD_DP_FIRST", "dp_first"), ("ATTN_KERNELS_BWD_LAG", "lag"),
-                                       ("ATTN_KERNELS_DQ_LAG", "dq_lag")])
-@pytest.mark.parametrize("causal,softcap,shape", [(False, None, (37, 50, 16, 16)), (True, 5.0, (70, 45, 64, 32)),
-                                                  (False, None, (100, 33, 32, 32))])
-def test_attention_bwd_orders_change_the_order_not_the_values(monkeypatch, knob, flag, causal, softcap, shape):
-    """The dk/dv kernel's DP_FIRST and LAG and the dq kernel's LAG (ATTN_KERNELS_BWD_DP_FIRST, _BWD_LAG,
-    _DQ_LAG) only move matmuls: dq, dk and dv are bitwise the same with each on or off (grouped heads, a mask, softcap, partial
-    blocks, several query blocks in the unmasked loop)."""
+@pytest.mark.parametrize("causal,softcap,shape", [(False, None, (37, 50, 16, 16)), (True, 5.0, (70, 45, 64, 32))])
+def test_attention_dp_first_changes_the_order_not_the_values(monkeypatch, causal, softcap, shape):
+    """The dk/dv kernel's DP_FIRST (ATTN_KERNELS_BWD_DP_FIRST) only moves a matmul: dq, dk and dv
+    are bitwise the same with it on or off (grouped heads, a mask, softcap, partial blocks)."""
     from softmax_properties.kernels import _attention as AT
     Lq, Lk, D, Dv = shape
     g = torch.Generator().manual_seed(1)
@@ -427,9 +423,9 @@ def test_attention_bwd_orders_change_the_order_not_the_values(monkeypatch, knob,
     grads = []
     try:
         for blocks in ("", "16,32,64,128,256"):
-            monkeypatch.setenv(knob, blocks)
+            monkeypatch.setenv("ATTN_KERNELS_BWD_DP_FIRST", blocks)
             _launch.reload_knobs()
-            assert getattr(AT, flag)(q.dtype, max(16, D)) == bool(blocks)
+            assert AT.dp_first(q.dtype, max(16, D)) == bool(blocks)
             grads.append(AT.attention_backward(q, k, v, o, lse, do, causal=causal, softcap=softcap))
     finally:
         monkeypatch.undo()
@@ -440,8 +436,7 @@ def test_attention_bwd_orders_change_the_order_not_the_values(monkeypatch, knob,
 
 @pytest.mark.parametrize("name,setting", [("ATTN_KERNELS_BWD", "32/128/8/3"), ("ATTN_KERNELS_BWD", "a/b"),
                                           ("ATTN_KERNELS_BWD", "32/0/8/3/128/64/8/3"),
-                                          ("ATTN_KERNELS_BWD_DP_FIRST", "64;128"), ("ATTN_KERNELS_BWD_LAG", "x"),
-                                          ("ATTN_KERNELS_FWD", "128/64/8")])
+                                          ("ATTN_KERNELS_BWD_DP_FIRST", "64;128"), ("ATTN_KERNELS_FWD", "128/64/8")])
 def test_a_malformed_attention_knob_is_named(monkeypatch, name, setting):
     """A malformed attention launch override raises a ValueError naming the variable, not an
     unpacking error or a silent default."""
@@ -453,7 +448,6 @@ def test_a_malformed_attention_knob_is_named(monkeypatch, name, setting):
             AT.fwd_config(torch.bfloat16, 64, 64)
             AT.bwd_config(torch.bfloat16, 64, 64)
             AT.dp_first(torch.bfloat16, 64)
-            AT.lag(torch.bfloat16, 64)
     finally:
         monkeypatch.undo()
         _launch.reload_knobs()
