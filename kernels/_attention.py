@@ -23,8 +23,7 @@ flash kernel does); float32 dots run with input_precision="ieee"; float64 dots i
 
 Backward (the standard design, no atomics, so results are deterministic): one kernel for dq (a
 program holds BLOCK_M2 queries and streams the key blocks), which first forms its rows'
-delta_i = rowsum(o_i * do_i) - dlse_i (float32; float64 for float64) and stores it with the rows'
-lse (its -inf and +inf substituted, _row_lse), then one for
+delta_i = rowsum(o_i * do_i) - dlse_i (float32; float64 for float64) and stores it, then one for
 dk and dv (a program holds BLOCK_N1 keys of one key/value head and streams the query blocks of
 every query head of its group), each recomputing P = exp(s - lse) from the forward's lse. A
 gradient of lse (autograd, when lse is used) enters as dS = P (dP - delta + dlse).
@@ -60,7 +59,7 @@ _BWD_INTS = ["sqb", "sqh", "sqm", "sqd", "skb", "skh", "skn", "skd", "svb", "svh
 _BWD_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "GB"]
 # the dq kernel: o (in the dk/dv kernel's GB slot, with its strides) and dlse for delta, no dv
 _DQ_INTS = [{"sub": "sob", "suh": "soh", "sun": "som", "sud": "sod"}.get(n, n) for n in _BWD_INTS]
-_DQ_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "O", "DLSE", "LSEB"]
+_DQ_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "O", "DLSE"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -327,11 +326,9 @@ def _row_lse(LSE_h, rows, Lq):
 
 
 @triton.jit
-def _row_stats(LSEB_h, DELTA_h, rows, Lq):
-    """The rows' lse as _row_lse gives it and their delta, both written by the dq kernel (its
-    rows' lse is at hand there: the dk/dv kernel, which loads every row once per key block, then
-    spends no instruction on the two substitutions)."""
-    return tl.load(LSEB_h + rows, mask=rows < Lq, other=0.0), tl.load(DELTA_h + rows, mask=rows < Lq, other=0.0)
+def _row_stats(LSE_h, DELTA_h, rows, Lq):
+    """The rows' lse (_row_lse) and delta (written by the dq kernel)."""
+    return _row_lse(LSE_h, rows, Lq), tl.load(DELTA_h + rows, mask=rows < Lq, other=0.0)
 
 
 @triton.jit(do_not_specialize=_BWD_INTS, do_not_specialize_on_alignment=_BWD_INTS + _BWD_PTRS)
@@ -345,8 +342,7 @@ def _attn_bwd_dkdv_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     DP_FIRST: tl.constexpr,
 ):
-    """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads (LSE:
-    the rows' lse as the dq kernel wrote it, LSEB there)."""
+    """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     n_nb = tl.cdiv(Lk, BLOCK_N)
     pid = tl.program_id(0)
@@ -437,7 +433,7 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit(do_not_specialize=_DQ_INTS, do_not_specialize_on_alignment=_DQ_INTS + _DQ_PTRS)
 def _attn_bwd_dq_kernel(
-    Q, K, V, DO, LSE, DELTA, GA, O, DLSE, LSEB,
+    Q, K, V, DO, LSE, DELTA, GA, O, DLSE,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sob, soh, som, sod,
     Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
@@ -446,7 +442,7 @@ def _attn_bwd_dq_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     """dq (GA) of BLOCK_M queries of one head, and first their delta = rowsum(o do) - dlse
-    (DELTA) and lse as _row_lse gives it (LSEB), for the dk/dv kernel launched after this one."""
+    (DELTA, for the dk/dv kernel launched after this one)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     n_mb = tl.cdiv(Lq, BLOCK_M)
     pid = tl.program_id(0)
@@ -488,7 +484,6 @@ def _attn_bwd_dq_kernel(
         delta -= tl.load(DLSE + rrow, mask=rows < Lq, other=0.0).to(CT)
     tl.store(DELTA + rrow, delta, mask=rows < Lq)
     lse = _row_lse(LSE + bh.to(tl.int64) * Lq, rows, Lq)
-    tl.store(LSEB + rrow, lse, mask=rows < Lq)
     dq = tl.zeros([BLOCK_M, BLOCK_D], CT)
     lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, BLOCK_N)
     K_h = K + b * skb + hk * skh
@@ -802,7 +797,7 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     F64 = q.dtype == torch.float64
     CT = _lse_dtype(q.dtype)
     lse = lse.contiguous()
-    delta, lseb = torch.empty((2, B, Hq, Lq), dtype=CT, device=q.device)
+    delta = torch.empty((B, Hq, Lq), dtype=CT, device=q.device)
     has_dlse = dlse is not None
     dl = dlse.to(CT).contiguous() if has_dlse else delta
     bm1, bn1, warps1, stages1, bm2, bn2, warps2, stages2 = bwd_config(q.dtype, D, Dv)
@@ -815,12 +810,12 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
     const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
-    # dq first: it writes the delta and lse the dk/dv kernel reads
+    # dq first: it writes the delta the dk/dv kernel reads
     _launch(_attn_bwd_dq_kernel, _grid(triton.cdiv(Lq, bm2), B * Hq),
-            (q, k, v, do, lse, delta, dq, o, dl, lseb, *common, *dq.stride(), *o.stride(), *ints),
+            (q, k, v, do, lse, delta, dq, o, dl, *common, *dq.stride(), *o.stride(), *ints),
             dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
     _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
-            (q, k, v, do, lseb, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
+            (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
             dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=first), warps1, stages1)
     return dq, dk, dv
 
