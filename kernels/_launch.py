@@ -508,6 +508,13 @@ def _tag(a, rule: int):
     return None
 
 
+# Compile options of every launch unless its kernel sets them: FMA contraction on, the default the
+# kernels were tuned and validated with (the same PTX as leaving it out, Triton 3.6 and 3.9), which
+# Triton 3.10 turns off (TRITON_DEFAULT_FP_FUSION): off, the attention forward with softcap loses
+# 226 of its 250 FMAs. The softmax kernels turn it off themselves (kernels/_softmax.py says why).
+DEFAULT_OPTIONS = {"enable_fp_fusion": True}
+
+
 class Launcher:
     """``fn[grid](*args, **constexprs, num_warps=w)`` at less host cost: the first launch of each
     specialization goes through the JIT function (which compiles it), later ones call the
@@ -515,13 +522,14 @@ class Launcher:
     The cache key is (device, num_warps, constexprs, _tag of each argument), a refinement of
     Triton's own key, so a hit is the kernel Triton would have picked. args: the kernel's
     non-constexpr parameters in order; constexprs: all its constexpr parameters by name. options:
-    compile options beyond num_warps (enable_fp_fusion=False), the same for every launch.
+    compile options beyond num_warps over DEFAULT_OPTIONS (enable_fp_fusion=False), the same for
+    every launch.
     Under the interpreter, or with KERNELS_DIRECT_LAUNCH=0, every launch goes through the JIT
     function. Triton's environment knobs (debug, instrumentation) are taken as fixed per process."""
 
     def __init__(self, fn, **options):
         self.fn = fn
-        self.options = options
+        self.options = {**DEFAULT_OPTIONS, **options}
         self.cache = {}
         params = getattr(fn, "params", None)  # None under the interpreter (an InterpretedFunction)
         self.direct = params is not None

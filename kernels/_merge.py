@@ -303,7 +303,7 @@ def attention_merge(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor, l
     _attention_merge_kernel[(triton.cdiv(n_rows, br),)](
         xa, la, xb, lb, o, lse, n_rows, n_cols, n1, *sa, *sla, *sb, *slb, *so, *slo,
         F64=o_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
-        num_warps=warps)
+        num_warps=warps, **L.DEFAULT_OPTIONS)
     return o, lse
 
 
@@ -331,7 +331,7 @@ def softmax_merge(p_a: torch.Tensor, lse_a: torch.Tensor, p_b: torch.Tensor, lse
     _softmax_merge_kernel[(triton.cdiv(n_rows, br) * n_cb,)](
         xa, la, xb, lb, p, lse, n_rows, n1, da, db, *sa, *sla, *sb, *slb, *sp, *slo, n_cb,
         F64=p_a.dtype == torch.float64, TWO_AXES=n1 < n_rows, VEC=vec, BLOCK_R=br, BLOCK_D=bd,
-        GW=_group(da, db, bd, p_a.dtype, vec), num_warps=warps)
+        GW=_group(da, db, bd, p_a.dtype, vec), num_warps=warps, **L.DEFAULT_OPTIONS)
     return p, lse
 
 

@@ -258,5 +258,5 @@ def merge_states(o: torch.Tensor, lse: torch.Tensor):
         o2, l2, out, lse_out, n_rows, n_states, n_cols, n1,
         *so, o2.stride(-2), *sl, l2.stride(-1), *sout, *slo,
         F64=o.dtype == torch.float64, TWO_AXES=two, VEC=vec, BLOCK_R=br, BLOCK_D=bd, SB=sb,
-        num_warps=warps)
+        num_warps=warps, **L.DEFAULT_OPTIONS)
     return out, lse_out
