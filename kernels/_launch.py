@@ -522,8 +522,8 @@ class Launcher:
     The cache key is (device, num_warps, constexprs, _tag of each argument), a refinement of
     Triton's own key, so a hit is the kernel Triton would have picked. args: the kernel's
     non-constexpr parameters in order; constexprs: all its constexpr parameters by name. options:
-    compile options beyond num_warps over DEFAULT_OPTIONS (enable_fp_fusion=False), the same for
-    every launch.
+    compile options beyond num_warps, laid over DEFAULT_OPTIONS (e.g. enable_fp_fusion=False), the
+    same for every launch.
     Under the interpreter, or with KERNELS_DIRECT_LAUNCH=0, every launch goes through the JIT
     function. Triton's environment knobs (debug, instrumentation) are taken as fixed per process."""
 
