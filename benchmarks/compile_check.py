@@ -98,6 +98,7 @@ def check_attention():
                 c["HAS_DLSE"] = full
             else:
                 c["DP_FIRST"] = AT.dp_first(_TORCH[dt], bd)
+                c["OFF32"] = True
             try:
                 t0 = time.perf_counter()
                 compiled = triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c), target=tgt,

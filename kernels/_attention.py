@@ -340,10 +340,14 @@ def _attn_bwd_dkdv_kernel(
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
     F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    DP_FIRST: tl.constexpr,
+    DP_FIRST: tl.constexpr, OFF32: tl.constexpr,
 ):
-    """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads."""
+    """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads.
+    OFF32: q's and do's element offsets within a head fit in 32 bits (off32), so the query
+    loops carry int32 offset tiles from the head's base instead of 64-bit pointer tiles: half the
+    registers (the 64 x 128 launch at D 128 spilled 14 local loads a step with the pointers)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    IT: tl.constexpr = tl.int32 if OFF32 else tl.int64
     n_nb = tl.cdiv(Lk, BLOCK_N)
     pid = tl.program_id(0)
     pid_n = pid % n_nb
@@ -384,15 +388,15 @@ def _attn_bwd_dkdv_kernel(
         LSE_h = LSE + (b * Hq + h) * Lq
         DELTA_h = DELTA + (b * Hq + h) * Lq
         # the query blocks every pair of which is visible: no mask, no tail
-        qp = Q_h + (r1 + offs_m).to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
-        dop = DO_h + (r1 + offs_m).to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+        qo = (r1 + offs_m).to(IT)[None, :] * sqm + offs_d[:, None].to(IT) * sqd
+        doo = (r1 + offs_m).to(IT)[:, None] * sdm + offs_dv[None, :].to(IT) * sdd
         for start_m in range(r1, r2, BLOCK_M):
             rows = start_m + offs_m
-            qph = qp
-            doph = dop
+            qph = Q_h + qo
+            doph = DO_h + doo
             if FULL:
-                qph = tl.max_contiguous(tl.multiple_of(qp, [16, 1]), [16, 1])
-                doph = tl.max_contiguous(tl.multiple_of(dop, [1, 16]), [1, 16])
+                qph = tl.max_contiguous(tl.multiple_of(qph, [16, 1]), [16, 1])
+                doph = tl.max_contiguous(tl.multiple_of(doph, [1, 16]), [1, 16])
                 qT = tl.load(qph)
                 do = tl.load(doph)
             else:
@@ -401,13 +405,13 @@ def _attn_bwd_dkdv_kernel(
             lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
             dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
                                 F64, SOFTCAP, False, DP_FIRST)
-            qp += tl.cast(sqm, tl.int64) * BLOCK_M
-            dop += tl.cast(sdm, tl.int64) * BLOCK_M
+            qo += tl.cast(sqm, IT) * BLOCK_M
+            doo += tl.cast(sdm, IT) * BLOCK_M
         # the blocks on a mask's edge or past the end of the queries: before r1, from r2 on
         for i in tl.range(0, n_edge, num_stages=1):
             rows = tl.where(i < n1, lo + i * BLOCK_M, r2 + (i - n1) * BLOCK_M) + offs_m
-            qph = Q_h + rows.to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
-            doph = DO_h + rows.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+            qph = Q_h + (rows.to(IT)[None, :] * sqm + offs_d[:, None].to(IT) * sqd)
+            doph = DO_h + (rows.to(IT)[:, None] * sdm + offs_dv[None, :].to(IT) * sdd)
             if FULL:
                 qph = tl.max_contiguous(tl.multiple_of(qph, [16, 1]), [16, 1])
                 doph = tl.max_contiguous(tl.multiple_of(doph, [1, 16]), [1, 16])
@@ -741,6 +745,20 @@ def _full(tensors, D: int, Dv: int, bd: int, bdv: int) -> bool:
     return bd == D and bdv == Dv and _vec(tensors)
 
 
+def _offsets32(x, rows: int, block: int) -> bool:
+    """Every element offset a kernel forms within one head of x (B, H, L, D) fits in int32: rows
+    past the end included (up to L + 2 rows, the masked tail and a pipelined prefetch), and the
+    head-dimension block. Strides are non-negative (torch has no negative strides)."""
+    return (x.shape[2] + 2 * rows) * x.stride(2) + block * x.stride(3) < 2**31
+
+
+def off32(q, do, rows: int, bd: int) -> bool:
+    """The dk/dv kernel's OFF32 for its query block of `rows` and head-dimension block bd: q's and
+    do's offsets within a head fit in int32 (ATTN_KERNELS_BWD_OFF64=1 turns it off)."""
+    return (_offsets32(q, rows, bd) and _offsets32(do, rows, bd)
+            and L.knob("ATTN_KERNELS_BWD_OFF64", "0") in ("", "0"))
+
+
 _LAUNCHERS: dict = {}
 
 
@@ -805,8 +823,9 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, o, do, dq, dk, dv), D, Dv, bd, bdv)
     first = dp_first(q.dtype, bd)
+    o32 = off32(q, do, bm1, bd)
     L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
-                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap), DP_FIRST=first)
+                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap), DP_FIRST=first, OFF32=o32)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
     const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
@@ -816,7 +835,7 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
             dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
     _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
             (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
-            dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=first), warps1, stages1)
+            dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=first, OFF32=o32), warps1, stages1)
     return dq, dk, dv
 
 

@@ -169,6 +169,8 @@ OVERRIDES = {
                         "(dk/dv kernel, then dq kernel)",
     "ATTN_KERNELS_BWD_DP_FIRST": "attention dk/dv kernel: the head-dimension blocks (e.g. 64,128; empty: none) "
                                  "that issue dP^T's matmul before the exponentials, every dtype",
+    "ATTN_KERNELS_BWD_OFF64": "attention dk/dv kernel: 1 carries 64-bit query pointers even where int32 offsets fit "
+                              "(the path of heads past 2**31 elements, for tests and A/B timings)",
     "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",
 }
 # read once, when the package is imported (an A/B switch of the launch path, not a launch shape)

@@ -410,10 +410,13 @@ def test_knobs_are_read_again_on_reload(monkeypatch):
         _launch.reload_knobs()
 
 
+@pytest.mark.parametrize("knob,settings", [("ATTN_KERNELS_BWD_DP_FIRST", ("", "16,32,64,128,256")),
+                                           ("ATTN_KERNELS_BWD_OFF64", ("0", "1"))])
 @pytest.mark.parametrize("causal,softcap,shape", [(False, None, (37, 50, 16, 16)), (True, 5.0, (70, 45, 64, 32))])
-def test_attention_dp_first_changes_the_order_not_the_values(monkeypatch, causal, softcap, shape):
-    """The dk/dv kernel's DP_FIRST (ATTN_KERNELS_BWD_DP_FIRST) only moves a matmul: dq, dk and dv
-    are bitwise the same with it on or off (grouped heads, a mask, softcap, partial blocks)."""
+def test_attention_launch_choices_change_the_code_not_the_values(monkeypatch, knob, settings, causal, softcap, shape):
+    """The dk/dv kernel's DP_FIRST (ATTN_KERNELS_BWD_DP_FIRST) only moves a matmul, and its OFF32
+    (off under ATTN_KERNELS_BWD_OFF64) only narrows the query offsets: dq, dk and dv are bitwise the
+    same either way (grouped heads, a mask, softcap, partial blocks)."""
     from softmax_properties.kernels import _attention as AT
     Lq, Lk, D, Dv = shape
     g = torch.Generator().manual_seed(1)
@@ -422,16 +425,32 @@ def test_attention_dp_first_changes_the_order_not_the_values(monkeypatch, causal
     o, lse = AT.attention(q, k, v, causal=causal, softcap=softcap)
     grads = []
     try:
-        for blocks in ("", "16,32,64,128,256"):
-            monkeypatch.setenv("ATTN_KERNELS_BWD_DP_FIRST", blocks)
+        for setting in settings:
+            monkeypatch.setenv(knob, setting)
             _launch.reload_knobs()
-            assert AT.dp_first(q.dtype, max(16, D)) == bool(blocks)
+            if knob == "ATTN_KERNELS_BWD_DP_FIRST":
+                assert AT.dp_first(q.dtype, max(16, D)) == bool(setting)
+            else:
+                assert AT.off32(q, do, 16, max(16, D)) == (setting == "0")
             grads.append(AT.attention_backward(q, k, v, o, lse, do, causal=causal, softcap=softcap))
     finally:
         monkeypatch.undo()
         _launch.reload_knobs()
     for name, a, b in zip(("dq", "dk", "dv"), *grads):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("stride,fits", [(2**20, True), (2**24 - 2, True), (2**24, False), (2**40, False)])
+def test_attention_off32_holds_every_offset_a_head_forms(stride, fits):
+    """OFF32 (int32 query offsets in the dk/dv kernel) only where every offset of a head fits in
+    int32, the masked rows past the end included: Lq 64, a query block of 32, a head-dimension
+    block of 128, bounded by (64 + 2 * 32) * stride + 128 (meta tensors: strides only)."""
+    from softmax_properties.kernels import _attention as AT
+    big = torch.empty_strided((1, 2, 64, 128), (0, 0, stride, 1), device="meta")
+    small = torch.empty((1, 2, 64, 128), device="meta")
+    assert AT.off32(big, small, 32, 128) == fits
+    assert AT.off32(small, big, 32, 128) == fits
+    assert AT.off32(small, small, 32, 128)
 
 
 @pytest.mark.parametrize("name,setting", [("ATTN_KERNELS_BWD", "32/128/8/3"), ("ATTN_KERNELS_BWD", "a/b"),
