@@ -4,7 +4,7 @@ kernel of kernels.attention, bf16 at the benchmark's shapes (benchmarks/cases_at
 B * L = 16384, H * D = 2048), full and causal, one line per launch configuration and kernel.
 
     python benchmarks/attention_kernel_times.py [--ds 64,128] [--L 4096] [--calls 20]
-        [--configs "default;ATTN_KERNELS_BWD=32/128/4/3/128/64/4/3"]
+        [--configs "default;ATTN_KERNELS_BWD=32/128/4/3/128/64/4/3"] [--softcap 30]
 
 --configs: ';'-separated sets of the tuning overrides (kernels/tuning.py, OVERRIDES; ',' between
 several in one set), "default" for none, each applied as benchmarks/sweep.py applies its settings.
@@ -40,7 +40,7 @@ def kernel_times(fn, calls: int) -> dict:
     return {name: t / calls for name, t in total.items()}
 
 
-def run_case(impl: str, D: int, L: int, causal: bool, calls: int) -> dict:
+def run_case(impl: str, D: int, L: int, causal: bool, calls: int, softcap=None) -> dict:
     B, H = TOKENS // L, MODEL_DIM // D
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=gen).requires_grad_(True)
@@ -48,7 +48,7 @@ def run_case(impl: str, D: int, L: int, causal: bool, calls: int) -> dict:
     g = torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, generator=gen)
     if impl == "ours":
         def fwd():
-            return kernels.attention(q, k, v, causal=causal)
+            return kernels.attention(q, k, v, causal=causal, softcap=softcap)
     else:
         flex = _flex(L, causal, "cuda")
 
@@ -68,9 +68,12 @@ def main():
     ap.add_argument("--calls", type=int, default=20, help="profiled calls per case")
     ap.add_argument("--configs", default="default", help="';'-separated override sets")
     ap.add_argument("--impl", default="ours", choices=("ours", "flex"))
+    ap.add_argument("--softcap", type=float, default=None, help="scores soft-capped at this value (ours only)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("attention_kernel_times.py times CUDA kernels: it needs a GPU")
+    if args.softcap is not None and (args.impl != "ours" or not args.softcap > 0):
+        raise SystemExit(f"--softcap: a positive value, for --impl ours only; got {args.softcap} with {args.impl}")
     if args.L <= 0 or TOKENS % args.L:
         raise SystemExit(f"--L: expected a positive divisor of {TOKENS}, got {args.L}")
     ds = [int(d) for d in args.ds.split(",")]
@@ -85,8 +88,9 @@ def main():
         with applied(label):
             for D in ds:
                 for causal in (False, True):
-                    times = run_case(args.impl, D, args.L, causal, args.calls)
-                    case = f"{args.impl} D={D} L={args.L}{' causal' if causal else ''} [{label}]"
+                    times = run_case(args.impl, D, args.L, causal, args.calls, args.softcap)
+                    cap = f" softcap={args.softcap:g}" if args.softcap else ""
+                    case = f"{args.impl} D={D} L={args.L}{' causal' if causal else ''}{cap} [{label}]"
                     for name, ms in sorted(times.items(), key=lambda kv: -kv[1]):
                         print(f"{case}: {ms:7.3f} ms  {name[:90]}")
                     print(f"{case}: {sum(times.values()):7.3f} ms  all kernels", flush=True)

@@ -659,16 +659,19 @@ def fwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
     return _table(dtype, True)[bd]
 
 
-def bwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
+def bwd_config(dtype: torch.dtype, D: int, Dv: int, softcap: bool = False) -> tuple:
     """(BLOCK_M1, BLOCK_N1, num_warps1, num_stages1, BLOCK_M2, BLOCK_N2, num_warps2, num_stages2)
     of the backward: the dk/dv kernel's query and key blocks and launch shape, then the dq
-    kernel's (kernels/tuning.py; ATTN_KERNELS_BWD overrides)."""
+    kernel's (kernels/tuning.py, ATTN_BWD_16_SOFTCAP with a 16-bit softcap; ATTN_KERNELS_BWD
+    overrides)."""
     env = _launch_shape("ATTN_KERNELS_BWD", 8)
     if env:
         return env
     if L.interpreting():
         return T.ATTN_BWD_INTERPRETER
     bd = max(_padded(D), _padded(Dv), 64)
+    if softcap and dtype in (torch.bfloat16, torch.float16) and bd in T.ATTN_BWD_16_SOFTCAP:
+        return T.ATTN_BWD_16_SOFTCAP[bd]
     return _table(dtype, False)[bd]
 
 
@@ -691,8 +694,10 @@ def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) ->
     """Sequence lengths (Lq or Lk) where the kernels' block structure changes, forward or
     backward: each block size and its double (for the strategies to aim at, +-1)."""
     f = fwd_config(dtype, head_dim, head_dim)
-    b = bwd_config(dtype, head_dim, head_dim)
-    sizes = {f[0], f[1], b[0], b[1], b[4], b[5]}
+    sizes = {f[0], f[1]}
+    for softcap in (False, True):
+        b = bwd_config(dtype, head_dim, head_dim, softcap)
+        sizes |= {b[0], b[1], b[4], b[5]}
     return sorted(sizes | {2 * s for s in sizes})
 
 
@@ -818,7 +823,7 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     delta = torch.empty((B, Hq, Lq), dtype=CT, device=q.device)
     has_dlse = dlse is not None
     dl = dlse.to(CT).contiguous() if has_dlse else delta
-    bm1, bn1, warps1, stages1, bm2, bn2, warps2, stages2 = bwd_config(q.dtype, D, Dv)
+    bm1, bn1, warps1, stages1, bm2, bn2, warps2, stages2 = bwd_config(q.dtype, D, Dv, bool(softcap))
     bd = bdv = _head_block(D, Dv)
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, o, do, dq, dk, dv), D, Dv, bd, bdv)

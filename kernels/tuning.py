@@ -130,6 +130,10 @@ ATTN_BWD_16 = {64: (32, 128, 4, 3, 128, 64, 4, 3), 128: (32, 128, 8, 3, 128, 64,
 # (docs/results.md). The dq kernel's dP = dO V^T moved likewise measured 1.40 against 1.36 ms at
 # D 64 and the same at 128: it keeps its order.
 ATTN_BWD_DP_FIRST = frozenset({64})
+# 16-bit backward with softcap, where its launch differs from ATTN_BWD_16's: tanh and its
+# derivative hold more of a query block live, so at D 128 the dk/dv kernel keeps 32-query blocks
+# (64 x 128 / 8 warps spills 576 bytes, 38 local loads and 29 stores a step, ptxas of Triton 3.6)
+ATTN_BWD_16_SOFTCAP = {128: (32, 128, 8, 3, 128, 64, 8, 3)}
 ATTN_BWD_32 = {64: (16, 64, 4, 2, 64, 16, 4, 2), 128: (16, 64, 4, 1, 64, 16, 4, 1), 256: (16, 32, 4, 1, 32, 16, 4, 1)}
 ATTN_BWD_64 = {64: (16, 32, 4, 1, 32, 16, 4, 1), 128: (16, 32, 4, 1, 32, 16, 4, 1), 256: (16, 16, 4, 1, 16, 16, 4, 1)}
 # under the interpreter: small, unequal tiles, so CPU runs reach multi-block rows, partial blocks
