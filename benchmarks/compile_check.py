@@ -98,7 +98,8 @@ def check_attention():
                 c["HAS_DLSE"] = full
             else:
                 c["DP_FIRST"] = AT.dp_first(_TORCH[dt], bd)
-                c["OFF32"] = True
+                head = torch.empty((1, 1, 4096, bd), dtype=_TORCH[dt], device="meta")  # a head at L 4096
+                c["OFF32"] = AT.off32(head, head, bm, bd)
             try:
                 t0 = time.perf_counter()
                 compiled = triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c), target=tgt,

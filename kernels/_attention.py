@@ -343,9 +343,8 @@ def _attn_bwd_dkdv_kernel(
     DP_FIRST: tl.constexpr, OFF32: tl.constexpr,
 ):
     """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads.
-    OFF32: q's and do's element offsets within a head fit in 32 bits (off32), so the query
-    loops carry int32 offset tiles from the head's base instead of 64-bit pointer tiles: half the
-    registers (the 64 x 128 launch at D 128 spilled 14 local loads a step with the pointers)."""
+    OFF32: the query loops carry int32 offset tiles from the head's base instead of 64-bit pointer
+    tiles, half the registers (off32: where q's and do's offsets within a head fit in int32)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     IT: tl.constexpr = tl.int32 if OFF32 else tl.int64
     n_nb = tl.cdiv(Lk, BLOCK_N)
@@ -388,12 +387,16 @@ def _attn_bwd_dkdv_kernel(
         LSE_h = LSE + (b * Hq + h) * Lq
         DELTA_h = DELTA + (b * Hq + h) * Lq
         # the query blocks every pair of which is visible: no mask, no tail
-        qo = (r1 + offs_m).to(IT)[None, :] * sqm + offs_d[:, None].to(IT) * sqd
-        doo = (r1 + offs_m).to(IT)[:, None] * sdm + offs_dv[None, :].to(IT) * sdd
+        if OFF32:  # offsets from the head's base
+            qp = (r1 + offs_m)[None, :] * sqm + offs_d[:, None] * sqd
+            dop = (r1 + offs_m)[:, None] * sdm + offs_dv[None, :] * sdd
+        else:  # pointers
+            qp = Q_h + (r1 + offs_m).to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
+            dop = DO_h + (r1 + offs_m).to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
         for start_m in range(r1, r2, BLOCK_M):
             rows = start_m + offs_m
-            qph = Q_h + qo
-            doph = DO_h + doo
+            qph = Q_h + qp if OFF32 else qp
+            doph = DO_h + dop if OFF32 else dop
             if FULL:
                 qph = tl.max_contiguous(tl.multiple_of(qph, [16, 1]), [16, 1])
                 doph = tl.max_contiguous(tl.multiple_of(doph, [1, 16]), [1, 16])
@@ -405,13 +408,17 @@ def _attn_bwd_dkdv_kernel(
             lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
             dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
                                 F64, SOFTCAP, False, DP_FIRST)
-            qo += tl.cast(sqm, IT) * BLOCK_M
-            doo += tl.cast(sdm, IT) * BLOCK_M
+            qp += tl.cast(sqm, IT) * BLOCK_M
+            dop += tl.cast(sdm, IT) * BLOCK_M
         # the blocks on a mask's edge or past the end of the queries: before r1, from r2 on
         for i in tl.range(0, n_edge, num_stages=1):
             rows = tl.where(i < n1, lo + i * BLOCK_M, r2 + (i - n1) * BLOCK_M) + offs_m
-            qph = Q_h + (rows.to(IT)[None, :] * sqm + offs_d[:, None].to(IT) * sqd)
-            doph = DO_h + (rows.to(IT)[:, None] * sdm + offs_dv[None, :].to(IT) * sdd)
+            if OFF32:
+                qph = Q_h + (rows[None, :] * sqm + offs_d[:, None] * sqd)
+                doph = DO_h + (rows[:, None] * sdm + offs_dv[None, :] * sdd)
+            else:
+                qph = Q_h + rows.to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
+                doph = DO_h + rows.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
             if FULL:
                 qph = tl.max_contiguous(tl.multiple_of(qph, [16, 1]), [16, 1])
                 doph = tl.max_contiguous(tl.multiple_of(doph, [1, 16]), [1, 16])
@@ -675,19 +682,23 @@ def bwd_config(dtype: torch.dtype, D: int, Dv: int, softcap: bool = False) -> tu
     return _table(dtype, False)[bd]
 
 
-def dp_first(dtype: torch.dtype, bd: int) -> bool:
-    """The dk/dv kernel's DP_FIRST for a head-dimension block bd: 16-bit blocks listed in
-    ATTN_BWD_DP_FIRST (kernels/tuning.py; ATTN_KERNELS_BWD_DP_FIRST overrides: the blocks, comma-
-    separated, or empty for none)."""
-    env = L.knob("ATTN_KERNELS_BWD_DP_FIRST")
+def _listed(name: str, dtype: torch.dtype, bd: int, table) -> bool:
+    """Whether the head-dimension block bd is listed: 16-bit blocks in the tuning set `table`, or
+    the override `name`'s blocks (comma-separated, or empty for none), every dtype."""
+    env = L.knob(name)
     if env is not None:
         try:
             blocks = {int(x) for x in env.split(",") if x.strip()}
         except ValueError:
-            raise ValueError(f"ATTN_KERNELS_BWD_DP_FIRST: expected head-dimension blocks joined by ',' "
-                             f"(or nothing), got {env!r}") from None
+            raise ValueError(f"{name}: expected head-dimension blocks joined by ',' (or nothing), got {env!r}") from None
         return bd in blocks
-    return dtype in (torch.bfloat16, torch.float16) and bd in T.ATTN_BWD_DP_FIRST
+    return dtype in (torch.bfloat16, torch.float16) and bd in table
+
+
+def dp_first(dtype: torch.dtype, bd: int) -> bool:
+    """The dk/dv kernel's DP_FIRST for a head-dimension block bd (kernels/tuning.py,
+    ATTN_BWD_DP_FIRST; ATTN_KERNELS_BWD_DP_FIRST overrides)."""
+    return _listed("ATTN_KERNELS_BWD_DP_FIRST", dtype, bd, T.ATTN_BWD_DP_FIRST)
 
 
 def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) -> list:
@@ -758,10 +769,11 @@ def _offsets32(x, rows: int, block: int) -> bool:
 
 
 def off32(q, do, rows: int, bd: int) -> bool:
-    """The dk/dv kernel's OFF32 for its query block of `rows` and head-dimension block bd: q's and
-    do's offsets within a head fit in int32 (ATTN_KERNELS_BWD_OFF64=1 turns it off)."""
-    return (_offsets32(q, rows, bd) and _offsets32(do, rows, bd)
-            and L.knob("ATTN_KERNELS_BWD_OFF64", "0") in ("", "0"))
+    """The dk/dv kernel's OFF32 for its query block of `rows` and head-dimension block bd: a block
+    listed (kernels/tuning.py, ATTN_BWD_OFF32; ATTN_KERNELS_BWD_OFF32 overrides) and q's and do's
+    offsets within a head fit in int32."""
+    return (_listed("ATTN_KERNELS_BWD_OFF32", q.dtype, bd, T.ATTN_BWD_OFF32)
+            and _offsets32(q, rows, bd) and _offsets32(do, rows, bd))
 
 
 _LAUNCHERS: dict = {}

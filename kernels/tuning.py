@@ -134,6 +134,13 @@ ATTN_BWD_DP_FIRST = frozenset({64})
 # derivative hold more of a query block live, so at D 128 the dk/dv kernel keeps 32-query blocks
 # (64 x 128 / 8 warps spills 576 bytes, 38 local loads and 29 stores a step, ptxas of Triton 3.6)
 ATTN_BWD_16_SOFTCAP = {128: (32, 128, 8, 3, 128, 64, 8, 3)}
+# the 16-bit head-dimension blocks whose dk/dv kernel carries int32 query offsets (OFF32) instead of
+# 64-bit pointer tiles, where a head's offsets fit. Compiled (ptxas of Triton 3.6, sm_90, bf16):
+# D 128 32 x 128 / 8 warps spills 44 bytes against 140, 64 x 128 / 8 warps has no local access in
+# its main loop against 9 loads and 9 stores a step; D 64 64 x 128 / 8 warps spills none against 88.
+# None listed: not timed on a GPU yet, so the launches keep the pointer tiles they were tuned with
+# (ATTN_KERNELS_BWD_OFF32=64,128 with ATTN_KERNELS_BWD for the A/B)
+ATTN_BWD_OFF32 = frozenset()
 ATTN_BWD_32 = {64: (16, 64, 4, 2, 64, 16, 4, 2), 128: (16, 64, 4, 1, 64, 16, 4, 1), 256: (16, 32, 4, 1, 32, 16, 4, 1)}
 ATTN_BWD_64 = {64: (16, 32, 4, 1, 32, 16, 4, 1), 128: (16, 32, 4, 1, 32, 16, 4, 1), 256: (16, 16, 4, 1, 16, 16, 4, 1)}
 # under the interpreter: small, unequal tiles, so CPU runs reach multi-block rows, partial blocks
@@ -173,8 +180,8 @@ OVERRIDES = {
                         "(dk/dv kernel, then dq kernel)",
     "ATTN_KERNELS_BWD_DP_FIRST": "attention dk/dv kernel: the head-dimension blocks (e.g. 64,128; empty: none) "
                                  "that issue dP^T's matmul before the exponentials, every dtype",
-    "ATTN_KERNELS_BWD_OFF64": "attention dk/dv kernel: 1 carries 64-bit query pointers even where int32 offsets fit "
-                              "(the path of heads past 2**31 elements, for tests and A/B timings)",
+    "ATTN_KERNELS_BWD_OFF32": "attention dk/dv kernel: the head-dimension blocks (e.g. 64,128; empty: none) whose "
+                              "query loops carry int32 offsets where a head's offsets fit, every dtype",
     "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",
 }
 # read once, when the package is imported (an A/B switch of the launch path, not a launch shape)

@@ -411,12 +411,12 @@ def test_knobs_are_read_again_on_reload(monkeypatch):
 
 
 @pytest.mark.parametrize("knob,settings", [("ATTN_KERNELS_BWD_DP_FIRST", ("", "16,32,64,128,256")),
-                                           ("ATTN_KERNELS_BWD_OFF64", ("0", "1"))])
+                                           ("ATTN_KERNELS_BWD_OFF32", ("", "16,32,64,128,256"))])
 @pytest.mark.parametrize("causal,softcap,shape", [(False, None, (37, 50, 16, 16)), (True, 5.0, (70, 45, 64, 32))])
 def test_attention_launch_choices_change_the_code_not_the_values(monkeypatch, knob, settings, causal, softcap, shape):
     """The dk/dv kernel's DP_FIRST (ATTN_KERNELS_BWD_DP_FIRST) only moves a matmul, and its OFF32
-    (off under ATTN_KERNELS_BWD_OFF64) only narrows the query offsets: dq, dk and dv are bitwise the
-    same either way (grouped heads, a mask, softcap, partial blocks)."""
+    (ATTN_KERNELS_BWD_OFF32) only narrows the query offsets: dq, dk and dv are bitwise the same
+    either way (grouped heads, a mask, softcap, partial blocks)."""
     from softmax_properties.kernels import _attention as AT
     Lq, Lk, D, Dv = shape
     g = torch.Generator().manual_seed(1)
@@ -428,10 +428,8 @@ def test_attention_launch_choices_change_the_code_not_the_values(monkeypatch, kn
         for setting in settings:
             monkeypatch.setenv(knob, setting)
             _launch.reload_knobs()
-            if knob == "ATTN_KERNELS_BWD_DP_FIRST":
-                assert AT.dp_first(q.dtype, max(16, D)) == bool(setting)
-            else:
-                assert AT.off32(q, do, 16, max(16, D)) == (setting == "0")
+            flag = AT.dp_first if knob == "ATTN_KERNELS_BWD_DP_FIRST" else lambda dt, bd: AT.off32(q, do, 16, bd)
+            assert flag(q.dtype, max(16, D)) == bool(setting)
             grads.append(AT.attention_backward(q, k, v, o, lse, do, causal=causal, softcap=softcap))
     finally:
         monkeypatch.undo()
@@ -441,21 +439,32 @@ def test_attention_launch_choices_change_the_code_not_the_values(monkeypatch, kn
 
 
 @pytest.mark.parametrize("stride,fits", [(2**20, True), (2**24 - 2, True), (2**24, False), (2**40, False)])
-def test_attention_off32_holds_every_offset_a_head_forms(stride, fits):
+def test_attention_off32_holds_every_offset_a_head_forms(monkeypatch, stride, fits):
     """OFF32 (int32 query offsets in the dk/dv kernel) only where every offset of a head fits in
     int32, the masked rows past the end included: Lq 64, a query block of 32, a head-dimension
-    block of 128, bounded by (64 + 2 * 32) * stride + 128 (meta tensors: strides only)."""
+    block of 128, bounded by (64 + 2 * 32) * stride + 128 (meta tensors: strides only); and only
+    for the blocks listed."""
     from softmax_properties.kernels import _attention as AT
     big = torch.empty_strided((1, 2, 64, 128), (0, 0, stride, 1), device="meta")
     small = torch.empty((1, 2, 64, 128), device="meta")
-    assert AT.off32(big, small, 32, 128) == fits
-    assert AT.off32(small, big, 32, 128) == fits
-    assert AT.off32(small, small, 32, 128)
+    try:
+        monkeypatch.setenv("ATTN_KERNELS_BWD_OFF32", "64,128")
+        _launch.reload_knobs()
+        assert AT.off32(big, small, 32, 128) == fits
+        assert AT.off32(small, big, 32, 128) == fits
+        assert AT.off32(small, small, 32, 128)
+        monkeypatch.setenv("ATTN_KERNELS_BWD_OFF32", "64")
+        _launch.reload_knobs()
+        assert not AT.off32(small, small, 32, 128)
+    finally:
+        monkeypatch.undo()
+        _launch.reload_knobs()
 
 
 @pytest.mark.parametrize("name,setting", [("ATTN_KERNELS_BWD", "32/128/8/3"), ("ATTN_KERNELS_BWD", "a/b"),
                                           ("ATTN_KERNELS_BWD", "32/0/8/3/128/64/8/3"),
-                                          ("ATTN_KERNELS_BWD_DP_FIRST", "64;128"), ("ATTN_KERNELS_FWD", "128/64/8")])
+                                          ("ATTN_KERNELS_BWD_DP_FIRST", "64;128"), ("ATTN_KERNELS_BWD_OFF32", "x"),
+                                          ("ATTN_KERNELS_FWD", "128/64/8")])
 def test_a_malformed_attention_knob_is_named(monkeypatch, name, setting):
     """A malformed attention launch override raises a ValueError naming the variable, not an
     unpacking error or a silent default."""
@@ -467,6 +476,7 @@ def test_a_malformed_attention_knob_is_named(monkeypatch, name, setting):
             AT.fwd_config(torch.bfloat16, 64, 64)
             AT.bwd_config(torch.bfloat16, 64, 64)
             AT.dp_first(torch.bfloat16, 64)
+            AT.off32(*(torch.empty((1, 1, 4, 64), dtype=torch.bfloat16, device="meta"),) * 2, 32, 64)
     finally:
         monkeypatch.undo()
         _launch.reload_knobs()
