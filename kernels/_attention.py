@@ -690,7 +690,8 @@ def _listed(name: str, dtype: torch.dtype, bd: int, table) -> bool:
         try:
             blocks = {int(x) for x in env.split(",") if x.strip()}
         except ValueError:
-            raise ValueError(f"{name}: expected head-dimension blocks joined by ',' (or nothing), got {env!r}") from None
+            raise ValueError(f"{name}: expected head-dimension blocks joined by ',' (or nothing), "
+                             f"got {env!r}") from None
         return bd in blocks
     return dtype in (torch.bfloat16, torch.float16) and bd in table
 
