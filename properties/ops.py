@@ -24,6 +24,14 @@ from .spec import OPS, lookup
 # kernels declare none (any exception is a failure).
 DEFAULT_REFUSALS = (NotImplementedError,)
 
+# The module attribute naming the ops whose results may change from call to call within their
+# bounds: a summation order fixed only at run time (atomic adds from concurrent programs).
+# flash-attention's backward accumulates dq that way unless deterministic=True, and PyTorch lists
+# its own CUDA ops that do (torch.use_deterministic_algorithms): both projects document it as a
+# choice, not a bug, so a module declares it and the laws that call an op twice judge the two
+# results within their bounds instead of bitwise (invariants/_checks.py, repeats_agree).
+NONDETERMINISTIC = "NONDETERMINISTIC"
+
 
 class TargetError(Exception):
     """The module named by --target cannot be tested at all: it does not import, or an offered
@@ -85,6 +93,25 @@ class Target:
             except TypeError as e:
                 errors.append(f"{self.name}.{name}{sig}: {e}; expected {spec.call_signature}")
         return errors
+
+    def nondeterministic_ops(self) -> frozenset:
+        """The ops the module declares nondeterministic (its NONDETERMINISTIC: a tuple, list or
+        set of op names; none by default). ValueError naming the attribute when it is anything
+        else or names an op the suite does not know."""
+        declared = getattr(self.module, NONDETERMINISTIC, ())
+        if isinstance(declared, str) or not isinstance(declared, (tuple, list, set, frozenset)):
+            raise ValueError(f"{self.name}.{NONDETERMINISTIC}: expected a tuple of op names, e.g. "
+                             f"('attention_backward',), got {declared!r}")
+        unknown = sorted(repr(n) for n in declared if not isinstance(n, str) or n not in OPS)
+        if unknown:
+            raise ValueError(f"{self.name}.{NONDETERMINISTIC}: {', '.join(unknown)} is not an op of the suite; "
+                             f"expected names among {', '.join(OPS)}")
+        return frozenset(declared)
+
+    def nondeterministic(self, op_name: str) -> bool:
+        """Whether the module declares op_name's results may differ between calls on the same
+        input within their bounds (NONDETERMINISTIC)."""
+        return op_name in self.nondeterministic_ops()
 
     def fn(self, op_name: str):
         f = getattr(self.module, op_name, None)

@@ -284,13 +284,15 @@ def pytest_configure(config):
 
 
 def _check_target(config) -> None:
-    """UsageError, naming what to fix, when the target does not import or an offered function
-    cannot take the calls of the contract (docs/contract.md)."""
+    """UsageError, naming what to fix, when the target does not import, declares
+    NONDETERMINISTIC wrongly, or an offered function cannot take the calls of the contract
+    (docs/contract.md)."""
     from .ops import Target, TargetError
     try:
         t = Target(config.getoption("target"))
+        t.nondeterministic_ops()
         errors = t.contract_errors()
-    except TargetError as e:
+    except (TargetError, ValueError) as e:
         raise pytest.UsageError(str(e)) from None
     if errors:
         raise pytest.UsageError(

@@ -162,6 +162,46 @@ def assert_bitwise(case, target, a, b, what, call=None, out_name="out"):
              out_name=out_name)
 
 
+def repeats_agree(case, target, got, want, args, what, call=None, truth=None, hint=True):
+    """Two results of the op on the same values (a repeat call, the same call on a side stream;
+    outputs in the op's order): bitwise equal (-0.0 == 0.0, NaN alike), or, for an op the target
+    declares NONDETERMINISTIC (ops.py), within the sum of their two oracle bounds (each within its
+    own of the truth), NaN patterns and infinities exactly, on the elements the tier judges. An
+    undeclared op whose results differ only within those bounds gets a report saying so and how
+    to declare it (hint=False: not, where the two calls' inputs differ and so may their paths).
+    truth: the case's spec.truth at args (formed here, once a difference shows)."""
+    got, want = outputs(got), outputs(want)
+    if len(got) != len(want):
+        fail(case, target, f"{what}: {len(got)} outputs against {len(want)}", call=call, kind=WrongOutput)
+    declared = target.nondeterministic(case.op)
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g.shape != w.shape or g.dtype != w.dtype:
+            fail(case, target, f"{what}: output {k + 1}'s shape/dtype {tuple(g.shape)}/{g.dtype} vs "
+                 f"{tuple(w.shape)}/{w.dtype}", call=call, kind=WrongOutput)
+        same = (g == w) | (torch.isnan(g) & torch.isnan(w))
+        if bool(same.all()):
+            continue
+        truth = truth if truth is not None else case.spec.truth(case, args)
+        e = truth.outputs[k].returned_as(w.dtype) if k < len(truth.outputs) else None
+        if e is None:  # more outputs than the spec has: the structure laws report it
+            continue
+        tol = tolerances.agree(e.tol, e.tol)
+        if declared:
+            assert_close(case, target, g, w.double(), tol, f"{what}, beyond the two results' bounds "
+                         f"({case.op} is declared NONDETERMINISTIC)", call, only=e.only, dtype=e.dtype, out_name=e.name)
+            continue
+        bad = tolerances.compare(g, w.double(), torch.nan_to_num(tol, nan=0.0), e.dtype)
+        if e.only is not None:
+            bad = bad & e.only
+        note = "" if bool(bad.any()) or not hint else (
+            " (each within the two results' oracle bounds: a summation order that changes from call to call, "
+            f"as atomic adds give; a module whose {case.op} does so by design declares "
+            f"NONDETERMINISTIC = ({case.op!r},))")
+        i = worst(~same, torch.nan_to_num((g.double() - w.double()).abs(), nan=1.0))
+        fail(case, target, f"{what}: {int((~same).sum())} elements differ bitwise{note}", i, w[i], g[i], call=call,
+             out_name=e.name)
+
+
 def assert_structure(case, target, out, want, what, call=None):
     """out is the outputs described by want, [(name, shape, dtype, device)] (one entry: a tensor;
     more: a tuple or list of tensors); dtype may be a tuple of the dtypes the tier accepts."""

@@ -12,7 +12,7 @@ from hypothesis import assume
 from .. import tolerances
 from ..strategies import MANY_ROWS
 from ._checks import (assert_bitwise, bits_equal, call_op, check_oracle, expect_outputs, inputs_written_late, outputs,
-                      poisoned_allocations, storage_bases, worst)
+                      poisoned_allocations, repeats_agree, storage_bases, worst)
 from ._registry import fail, invariant
 
 
@@ -58,13 +58,21 @@ def all_outputs_written(case, target):
 
 @invariant(every_op)
 def deterministic(case, target):
-    """Two calls on the same input give bitwise equal results."""
+    """Two calls on the same input give bitwise equal results, or, for an op the module declares
+    NONDETERMINISTIC (its summation order fixed at run time, as atomic adds from concurrent
+    programs give), results within the sum of their two oracle bounds. Tier default, and why the
+    declaration: a caller who reruns a step to debug it, or compares two runs, needs the same
+    bits, and an order that changes undeclared is most often a race; but flash-attention's
+    backward accumulates dq with atomic adds unless deterministic=True, and PyTorch documents its
+    CUDA ops that do (torch.use_deterministic_algorithms), so both projects' maintainers treat it
+    as a choice. Declared, a race still fails: one that loses an update, or reads a value not yet
+    written, lands beyond the bounds."""
     args = case.tensors(target.device)
     a = call_op(case, target, args)
     b = call_op(case, target, args)
-    call = f"{case.call_code()}\nfirst = out\n{case.call_code()}\nout = first, out  # the same call twice: bitwise equal"
-    for x, y in zip(outputs(b), outputs(a)):
-        assert_bitwise(case, target, x, y, "repeat call differs", call)
+    same = "within their bounds" if target.nondeterministic(case.op) else "bitwise equal"
+    call = f"{case.call_code()}\nfirst = out\n{case.call_code()}\nout = first, out  # the same call twice: {same}"
+    repeats_agree(case, target, a, b, args, "repeat call differs", call)
 
 
 def _one_element_changed(t):
@@ -117,10 +125,11 @@ def follows_current_stream(case, target):
     or on a stream of its own that does not wait for the caller's, reads the inputs before they
     are written (the zeros they held); one that waits but does not make the caller wait has its
     outputs read before they are written. Cases whose two calls on the default stream differ are
-    left to `deterministic`. Tier default: every CUDA op of PyTorch runs on the current stream (its
-    CUDA semantics), Triton launches there, and a kernel that does not breaks every caller that
-    overlaps work on streams (data loading, communication, graph capture on a side stream). On a
-    CUDA device only; STREAM_EXAMPLES examples."""
+    left to `deterministic`; for an op declared NONDETERMINISTIC the two streams' outputs agree
+    within their bounds instead of bitwise. Tier default: every CUDA op of PyTorch runs on the
+    current stream (its CUDA semantics), Triton launches there, and a kernel that does not breaks
+    every caller that overlaps work on streams (data loading, communication, graph capture on a
+    side stream). On a CUDA device only; STREAM_EXAMPLES examples."""
     args = case.tensors(target.device)
     torch.cuda.synchronize(args[0].device if args else None)  # the inputs written before the reference
 
@@ -129,9 +138,11 @@ def follows_current_stream(case, target):
         torch.cuda.synchronize(args[0].device if args else None)
         return [o.clone() for o in out]
 
-    want, again = settled(args), settled(args)
-    assume(len(again) == len(want) and all(a.shape == w.shape and a.dtype == w.dtype and bool(bits_equal(a, w).all())
-                                           for a, w in zip(again, want)))
+    want = settled(args)
+    if not target.nondeterministic(case.op):  # declared: the two are compared within their bounds below
+        again = settled(args)
+        assume(len(again) == len(want) and all(a.shape == w.shape and a.dtype == w.dtype
+                                               and bool(bits_equal(a, w).all()) for a, w in zip(again, want)))
     with inputs_written_late(args) as late:
         got = [o.clone() for o in outputs(call_op(case, target, list(late)))]
     names = ", ".join(case.tensor_names()) + ","
@@ -143,11 +154,8 @@ def follows_current_stream(case, target):
         + [f"with inputs_written_late(({names})) as ({names}):"]
         + ["    " + line for line in case.call_code().splitlines()]
         + ["    out = tuple(o.clone() for o in out) if isinstance(out, (tuple, list)) else out.clone()  # on the side stream"])
-    if len(got) != len(want):
-        fail(case, target, f"{len(got)} outputs on a side stream, {len(want)} on the default stream", call=call)
-    for k, (g, w) in enumerate(zip(got, want)):
-        assert_bitwise(case, target, g, w, f"output {k + 1} on a side stream (inputs written on it just before the call) "
-                       "differs from the default stream's", call)
+    repeats_agree(case, target, got, want, args, "the outputs on a side stream (inputs written on it just before the "
+                  "call) differ from the default stream's", call)
 
 
 @invariant(every_op)

@@ -287,6 +287,37 @@ def test_invariant_catches_mutant(name, inv_name, target):
         check_reproducer(rep, module)
 
 
+def test_declared_nondeterminism_passes_reordered_sums_only(target):
+    """NONDETERMINISTIC (docs/contract.md) excuses the order of a sum, not its value:
+    atomic_order_split_dot's softmax_backward, whose adds land in another order every other call,
+    passes `deterministic` in a module that declares it, and undeclared its report says the two
+    results are within their bounds and how to declare it; lost_atomic_add, declared, is caught
+    beyond the bounds (test_invariant_catches_mutant)."""
+    import types
+    split = f"{mutants.__name__}.atomic_order_split_dot"
+    declared = types.ModuleType("declared_split_dot")
+    declared.softmax_backward = importlib.import_module(split).softmax_backward
+    declared.NONDETERMINISTIC = ("softmax_backward",)
+    with pytest.raises(errors.NoSuchExample):
+        search(declared, "softmax_backward", target.device, PAIR_EXAMPLES, only="deterministic", limits=PAIR_LIMITS)
+    inv, case = search(split, "softmax_backward", target.device, PAIR_EXAMPLES, only="deterministic",
+                       limits=PAIR_LIMITS)
+    rep = report(inv, case, split, target.device)
+    assert "within the two results' oracle bounds" in rep and "NONDETERMINISTIC = ('softmax_backward',)" in rep, rep
+
+
+def test_a_malformed_nondeterministic_declaration_names_it():
+    import types
+    for bad, says in (("softmax", "expected a tuple of op names"), (("softmax", "sofmax"), "'sofmax' is not an op"),
+                      ([["softmax"]], "is not an op")):
+        m = types.ModuleType("declares")
+        m.NONDETERMINISTIC = bad
+        with pytest.raises(ValueError, match=f"declares.NONDETERMINISTIC: .*{re.escape(says)}"):
+            Target(m).nondeterministic("softmax")
+    m.NONDETERMINISTIC = ["softmax", "attention_backward"]
+    assert Target(m).nondeterministic("attention_backward") and not Target(m).nondeterministic("log_softmax")
+
+
 def _print_catch(name, inv_name, how, case, rep, device):
     sizes = [t.numel() for t in case.tensors(device)]
     print(f"{name}: caught by {inv_name} alone ({how}); counterexample sizes {sizes}\n{rep}")
