@@ -85,29 +85,32 @@ def check_attention():
                   + ptxas_report(compiled))
         except Exception as e:
             print("attention fwd FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
-        bm1, bn1, w1, s1, bm2, bn2, w2, s2 = AT.bwd_config(_TORCH[dt], bd, bd, softcap)
-        s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
-             "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
-             **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
-        sq = {n: t for n, t in s.items() if n not in ("GB", "sub", "suh", "sun", "sud")}
-        sq.update(O=f"*{dt}", DLSE=f"*{lse}", **{n: "i32" for n in AT._DQ_INTS})
-        for kern, sig, bm, bn, warps, stages in ((AT._attn_bwd_dkdv_kernel, s, bm1, bn1, w1, s1),
-                                                 (AT._attn_bwd_dq_kernel, sq, bm2, bn2, w2, s2)):
-            c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
-            if kern is AT._attn_bwd_dq_kernel:
-                c["HAS_DLSE"] = full
-            else:
-                c["DP_FIRST"] = AT.dp_first(_TORCH[dt], bd)
-                head = torch.empty((1, 1, 4096, bd), dtype=_TORCH[dt], device="meta")  # a head at L 4096
-                c["OFF32"] = AT.off32(head, head, bm, bd)
-            try:
-                t0 = time.perf_counter()
-                compiled = triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c), target=tgt,
-                                          options={"num_warps": warps, "num_stages": stages})
-                print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap} "
-                      f"({time.perf_counter() - t0:.1f} s){ptxas_report(compiled)}")
-            except Exception as e:
-                print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
+        # the backward's launch at short sequences, and its long-sequence launch where it has one
+        long = AT.bwd_long(_TORCH[dt], bd, bd, softcap, AT.T.ATTN_BWD_LONG_FROM)
+        for Lq in (0, AT.T.ATTN_BWD_LONG_FROM) if long else (0,):
+            bm1, bn1, w1, s1, bm2, bn2, w2, s2 = AT.bwd_config(_TORCH[dt], bd, bd, softcap, Lq)
+            s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
+                 "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
+                 **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
+            sq = {n: t for n, t in s.items() if n not in ("GB", "sub", "suh", "sun", "sud")}
+            sq.update(O=f"*{dt}", DLSE=f"*{lse}", **{n: "i32" for n in AT._DQ_INTS})
+            for kern, sig, bm, bn, warps, stages in ((AT._attn_bwd_dkdv_kernel, s, bm1, bn1, w1, s1),
+                                                     (AT._attn_bwd_dq_kernel, sq, bm2, bn2, w2, s2)):
+                c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
+                if kern is AT._attn_bwd_dq_kernel:
+                    c["HAS_DLSE"] = full
+                else:
+                    c["DP_FIRST"] = AT.dp_first(_TORCH[dt], bd)
+                    head = torch.empty((1, 1, 4096, bd), dtype=_TORCH[dt], device="meta")  # a head at L 4096
+                    c["OFF32"] = AT.off32(head, head, bm, bd, bool(Lq))
+                try:
+                    t0 = time.perf_counter()
+                    compiled = triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c),
+                                              target=tgt, options={"num_warps": warps, "num_stages": stages})
+                    print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap}"
+                          f"{' long' if Lq else ''} ({time.perf_counter() - t0:.1f} s){ptxas_report(compiled)}")
+                except Exception as e:
+                    print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
 
 if ATTENTION_ONLY:
     check_attention()

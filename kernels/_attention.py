@@ -666,11 +666,11 @@ def fwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
     return _table(dtype, True)[bd]
 
 
-def bwd_config(dtype: torch.dtype, D: int, Dv: int, softcap: bool = False) -> tuple:
+def bwd_config(dtype: torch.dtype, D: int, Dv: int, softcap: bool = False, Lq: int = 0) -> tuple:
     """(BLOCK_M1, BLOCK_N1, num_warps1, num_stages1, BLOCK_M2, BLOCK_N2, num_warps2, num_stages2)
-    of the backward: the dk/dv kernel's query and key blocks and launch shape, then the dq
-    kernel's (kernels/tuning.py, ATTN_BWD_16_SOFTCAP with a 16-bit softcap; ATTN_KERNELS_BWD
-    overrides)."""
+    of the backward over Lq queries: the dk/dv kernel's query and key blocks and launch shape,
+    then the dq kernel's (kernels/tuning.py: ATTN_BWD_16_SOFTCAP with a 16-bit softcap,
+    ATTN_BWD_16_LONG from ATTN_BWD_LONG_FROM queries; ATTN_KERNELS_BWD overrides)."""
     env = _launch_shape("ATTN_KERNELS_BWD", 8)
     if env:
         return env
@@ -679,7 +679,18 @@ def bwd_config(dtype: torch.dtype, D: int, Dv: int, softcap: bool = False) -> tu
     bd = max(_padded(D), _padded(Dv), 64)
     if softcap and dtype in (torch.bfloat16, torch.float16) and bd in T.ATTN_BWD_16_SOFTCAP:
         return T.ATTN_BWD_16_SOFTCAP[bd]
+    if bwd_long(dtype, D, Dv, softcap, Lq):
+        return T.ATTN_BWD_16_LONG[bd]
     return _table(dtype, False)[bd]
+
+
+def bwd_long(dtype: torch.dtype, D: int, Dv: int, softcap: bool, Lq: int) -> bool:
+    """Whether the backward takes its long-sequence launch (kernels/tuning.py, ATTN_BWD_16_LONG):
+    16-bit, no softcap, at least ATTN_BWD_LONG_FROM queries, a head-dimension block listed there,
+    and no ATTN_KERNELS_BWD override (nor the interpreter's launch)."""
+    return (dtype in (torch.bfloat16, torch.float16) and not softcap and Lq >= T.ATTN_BWD_LONG_FROM
+            and max(_padded(D), _padded(Dv), 64) in T.ATTN_BWD_16_LONG and not L.interpreting()
+            and not L.knob("ATTN_KERNELS_BWD"))
 
 
 def _listed(name: str, dtype: torch.dtype, bd: int, table) -> bool:
@@ -704,13 +715,15 @@ def dp_first(dtype: torch.dtype, bd: int) -> bool:
 
 def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) -> list:
     """Sequence lengths (Lq or Lk) where the kernels' block structure changes, forward or
-    backward: each block size and its double (for the strategies to aim at, +-1)."""
+    backward: each block size and its double, and the query count from which the backward takes
+    its long-sequence launch (for the strategies to aim at, +-1)."""
     f = fwd_config(dtype, head_dim, head_dim)
     sizes = {f[0], f[1]}
-    for softcap in (False, True):
-        b = bwd_config(dtype, head_dim, head_dim, softcap)
+    for softcap, Lq in ((False, 0), (True, 0), (False, T.ATTN_BWD_LONG_FROM)):
+        b = bwd_config(dtype, head_dim, head_dim, softcap, Lq)
         sizes |= {b[0], b[1], b[4], b[5]}
-    return sorted(sizes | {2 * s for s in sizes})
+    long = {T.ATTN_BWD_LONG_FROM} if bwd_long(dtype, head_dim, head_dim, False, T.ATTN_BWD_LONG_FROM) else set()
+    return sorted(sizes | {2 * s for s in sizes} | long)
 
 
 def _vec(tensors) -> bool:
@@ -769,11 +782,12 @@ def _offsets32(x, rows: int, block: int) -> bool:
     return (x.shape[2] + 2 * rows) * x.stride(2) + block * x.stride(3) < 2**31
 
 
-def off32(q, do, rows: int, bd: int) -> bool:
+def off32(q, do, rows: int, bd: int, long: bool = False) -> bool:
     """The dk/dv kernel's OFF32 for its query block of `rows` and head-dimension block bd: a block
-    listed (kernels/tuning.py, ATTN_BWD_OFF32; ATTN_KERNELS_BWD_OFF32 overrides) and q's and do's
-    offsets within a head fit in int32."""
-    return (_listed("ATTN_KERNELS_BWD_OFF32", q.dtype, bd, T.ATTN_BWD_OFF32)
+    listed (kernels/tuning.py, ATTN_BWD_OFF32, for the long-sequence launch (long) only;
+    ATTN_KERNELS_BWD_OFF32 overrides, for every launch) and q's and do's offsets within a head
+    fit in int32."""
+    return (_listed("ATTN_KERNELS_BWD_OFF32", q.dtype, bd, T.ATTN_BWD_OFF32 if long else ())
             and _offsets32(q, rows, bd) and _offsets32(do, rows, bd))
 
 
@@ -836,12 +850,12 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     delta = torch.empty((B, Hq, Lq), dtype=CT, device=q.device)
     has_dlse = dlse is not None
     dl = dlse.to(CT).contiguous() if has_dlse else delta
-    bm1, bn1, warps1, stages1, bm2, bn2, warps2, stages2 = bwd_config(q.dtype, D, Dv, bool(softcap))
+    bm1, bn1, warps1, stages1, bm2, bn2, warps2, stages2 = bwd_config(q.dtype, D, Dv, bool(softcap), Lq)
     bd = bdv = _head_block(D, Dv)
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, o, do, dq, dk, dv), D, Dv, bd, bdv)
     first = dp_first(q.dtype, bd)
-    o32 = off32(q, do, bm1, bd)
+    o32 = off32(q, do, bm1, bd, bwd_long(q.dtype, D, Dv, bool(softcap), Lq))
     L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
                    BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap), DP_FIRST=first, OFF32=o32)
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())

@@ -122,6 +122,14 @@ ATTN_FWD_64 = {64: (32, 32, 4, 1), 128: (32, 16, 4, 1), 256: (16, 16, 4, 1)}  # 
 # against 1.44 at 64 x 32; D 128: 1.20 against 1.42)
 ATTN_BWD_16 = {64: (32, 128, 4, 3, 128, 64, 4, 3), 128: (32, 128, 8, 3, 128, 64, 8, 3),
                256: (16, 64, 8, 1, 64, 16, 8, 1)}
+# 16-bit backward over at least ATTN_BWD_LONG_FROM queries, where its launch differs from
+# ATTN_BWD_16's: at D 128 the dk/dv kernel takes 64-query steps with OFF32 (below), whose longer
+# step pays off once a program's loop has enough of them. Its own time against 32 x 128 (one H100,
+# bf16, full / causal; docs/results.md): L 1024 0.72 / 0.53 ms against 0.69 / 0.50; 2048 1.25 /
+# 0.80 against 1.24 / 0.79; 4096 2.28 / 1.34 against 2.35-2.41 / 1.38; 8192 4.42 / 2.48 against
+# 4.74 / 2.57. Not with softcap (ATTN_BWD_16_SOFTCAP keeps its launch at every length).
+ATTN_BWD_LONG_FROM = 4096
+ATTN_BWD_16_LONG = {128: (64, 128, 8, 3, 128, 64, 8, 3)}
 # the 16-bit head-dimension blocks whose dk/dv kernel issues dP^T = V dO^T right after S^T = K Q^T,
 # before the exponentials (DP_FIRST): the tensor cores then work on dP^T while the exponentials
 # run. One H100, bf16, L 4096, the kernel's own time: D 64 2.38 ms against 2.58 (causal 1.41
@@ -134,13 +142,14 @@ ATTN_BWD_DP_FIRST = frozenset({64})
 # derivative hold more of a query block live, so at D 128 the dk/dv kernel keeps 32-query blocks
 # (64 x 128 / 8 warps spills 576 bytes, 38 local loads and 29 stores a step, ptxas of Triton 3.6)
 ATTN_BWD_16_SOFTCAP = {128: (32, 128, 8, 3, 128, 64, 8, 3)}
-# the 16-bit head-dimension blocks whose dk/dv kernel carries int32 query offsets (OFF32) instead of
-# 64-bit pointer tiles, where a head's offsets fit. Compiled (ptxas of Triton 3.6, sm_90, bf16):
-# D 128 32 x 128 / 8 warps spills 44 bytes against 140, 64 x 128 / 8 warps has no local access in
-# its main loop against 9 loads and 9 stores a step; D 64 64 x 128 / 8 warps spills none against 88.
-# None listed: not timed on a GPU yet, so the launches keep the pointer tiles they were tuned with
-# (ATTN_KERNELS_BWD_OFF32=64,128 with ATTN_KERNELS_BWD for the A/B)
-ATTN_BWD_OFF32 = frozenset()
+# the 16-bit head-dimension blocks whose long-sequence dk/dv launch (ATTN_BWD_16_LONG) carries int32
+# query offsets (OFF32) instead of 64-bit pointer tiles, where a head's offsets fit. Compiled
+# (ptxas of Triton 3.6, sm_90, bf16): D 128 64 x 128 / 8 warps has no local access in its main
+# loop against 9 loads and 9 stores a step without. Timed (one H100, bf16, L 4096, the kernel's
+# own time): D 128 64 x 128 with OFF32 2.28 ms (causal 1.34); OFF32 at 32 x 128 2.60 against
+# 2.35-2.41 without (causal 1.49 against 1.38), so the other launches keep pointer tiles; D 64
+# with OFF32: 32 x 128 2.47 against 2.40, 64 x 128 3.03
+ATTN_BWD_OFF32 = frozenset({128})
 ATTN_BWD_32 = {64: (16, 64, 4, 2, 64, 16, 4, 2), 128: (16, 64, 4, 1, 64, 16, 4, 1), 256: (16, 32, 4, 1, 32, 16, 4, 1)}
 ATTN_BWD_64 = {64: (16, 32, 4, 1, 32, 16, 4, 1), 128: (16, 32, 4, 1, 32, 16, 4, 1), 256: (16, 16, 4, 1, 16, 16, 4, 1)}
 # under the interpreter: small, unequal tiles, so CPU runs reach multi-block rows, partial blocks
@@ -177,11 +186,11 @@ OVERRIDES = {
     "CE_KERNELS_MIN_BLOCK": "cross-entropy narrowest tile on the GPU (a power of two >= 16)",
     "ATTN_KERNELS_FWD": "attention forward BLOCK_M/BLOCK_N/num_warps/num_stages, every head dimension",
     "ATTN_KERNELS_BWD": "attention backward BLOCK_M1/BLOCK_N1/num_warps1/num_stages1/BLOCK_M2/BLOCK_N2/num_warps2/num_stages2 "
-                        "(dk/dv kernel, then dq kernel)",
+                        "(dk/dv kernel, then dq kernel), every length",
     "ATTN_KERNELS_BWD_DP_FIRST": "attention dk/dv kernel: the head-dimension blocks (e.g. 64,128; empty: none) "
                                  "that issue dP^T's matmul before the exponentials, every dtype",
     "ATTN_KERNELS_BWD_OFF32": "attention dk/dv kernel: the head-dimension blocks (e.g. 64,128; empty: none) whose "
-                              "query loops carry int32 offsets where a head's offsets fit, every dtype",
+                              "query loops carry int32 offsets where a head's offsets fit, every dtype and launch",
     "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",
 }
 # read once, when the package is imported (an A/B switch of the launch path, not a launch shape)

@@ -461,6 +461,34 @@ def test_attention_off32_holds_every_offset_a_head_forms(monkeypatch, stride, fi
         _launch.reload_knobs()
 
 
+def test_attention_backward_takes_its_long_launch_from_its_length(monkeypatch):
+    """The compiled backward's launch (interpreting patched off): ATTN_BWD_16_LONG, with OFF32,
+    for 16-bit inputs of at least ATTN_BWD_LONG_FROM queries without softcap; ATTN_BWD_16 below
+    that, with softcap, for float32, or under an ATTN_KERNELS_BWD override; and the length where
+    it changes is a block boundary."""
+    from softmax_properties.kernels import _attention as AT
+    from softmax_properties.kernels import tuning as T
+    monkeypatch.setattr(_launch, "interpreting", lambda: False)
+    n, bf = T.ATTN_BWD_LONG_FROM, torch.bfloat16
+    head = torch.empty((1, 1, n, 128), dtype=bf, device="meta")
+    for D, long in T.ATTN_BWD_16_LONG.items():
+        assert AT.bwd_config(bf, D, D, False, n) == long and AT.bwd_long(bf, D, D, False, n)
+        assert AT.bwd_config(bf, D, D, False, n - 1) == T.ATTN_BWD_16[D]
+        assert not AT.bwd_long(bf, D, D, True, n) and not AT.bwd_long(torch.float32, D, D, False, n)
+        assert AT.bwd_config(torch.float32, D, D, False, n) == T.ATTN_BWD_32[D]
+        assert n in AT.block_boundaries(bf, D) and n not in AT.block_boundaries(torch.float32, D)
+        assert AT.off32(head, head, long[0], D, True) == (D in T.ATTN_BWD_OFF32)
+        assert not AT.off32(head, head, long[0], D, False)
+    try:
+        monkeypatch.setenv("ATTN_KERNELS_BWD", "32/128/8/3/128/64/8/3")
+        _launch.reload_knobs()
+        assert AT.bwd_config(bf, 128, 128, False, n) == (32, 128, 8, 3, 128, 64, 8, 3)
+        assert not AT.bwd_long(bf, 128, 128, False, n)
+    finally:
+        monkeypatch.undo()
+        _launch.reload_knobs()
+
+
 @pytest.mark.parametrize("name,setting", [("ATTN_KERNELS_BWD", "32/128/8/3"), ("ATTN_KERNELS_BWD", "a/b"),
                                           ("ATTN_KERNELS_BWD", "32/0/8/3/128/64/8/3"),
                                           ("ATTN_KERNELS_BWD_DP_FIRST", "64;128"), ("ATTN_KERNELS_BWD_OFF32", "x"),
