@@ -47,7 +47,10 @@ def _dx_kernel(Yp, G, WS, DX, n, F64: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(DX + row * n + cols, to_out(y * (g - dot), DX.dtype.element_ty), mask=m)
 
 
-def softmax_backward(y, dy):
+def split_dot_backward(y, dy, reverse: bool, lose_last: bool = False):
+    """The softmax VJP with its row dot products summed chunk by chunk into a per-row buffer: the
+    adds in reverse order if `reverse`, and the last chunk's add of a row of several chunks lost
+    if `lose_last` (lost_atomic_add's bug)."""
     check_pair("softmax_backward", "y", y, "dy", dy)
     y2, g2 = rows_of(y), rows_of(dy)
     dx = torch.empty_like(y2)
@@ -56,11 +59,16 @@ def softmax_backward(y, dy):
         ws = torch.zeros(y2.shape[0], dtype=torch.float64 if f64 else torch.float32, device=y.device)
         chunk = max(4, triton.next_power_of_2(triton.cdiv(y2.shape[1], SPLIT)))
         n_chunks = triton.cdiv(y2.shape[1], chunk)
-        _CALLS[0] += 1
-        _dot_kernel[(y2.shape[0],)](y2, g2, ws, y2.shape[1], n_chunks, _CALLS[0] % 2, F64=f64, CHUNK=chunk)
+        landed = max(1, n_chunks - 1) if lose_last else n_chunks
+        _dot_kernel[(y2.shape[0],)](y2, g2, ws, y2.shape[1], landed, int(reverse), F64=f64, CHUNK=chunk)
         _dx_kernel[(y2.shape[0],)](y2, g2, ws, dx, y2.shape[1], F64=f64,
                                    BLOCK=max(16, triton.next_power_of_2(y2.shape[1])))
     return dx.reshape(y.shape)
+
+
+def softmax_backward(y, dy):
+    _CALLS[0] += 1
+    return split_dot_backward(y, dy, reverse=_CALLS[0] % 2 == 1)
 
 
 OP = "softmax_backward"  # the op it breaks: split dot product summed by float atomics
