@@ -72,7 +72,7 @@ def deterministic(case, target):
     b = call_op(case, target, args)
     same = "within their bounds" if target.nondeterministic(case.op) else "bitwise equal"
     call = f"{case.call_code()}\nfirst = out\n{case.call_code()}\nout = first, out  # the same call twice: {same}"
-    repeats_agree(case, target, a, b, args, "repeat call differs", call)
+    repeats_agree(case, target, b, a, args, "repeat call differs", call)
 
 
 def _one_element_changed(t):
