@@ -127,7 +127,8 @@ ATTN_BWD_16 = {64: (32, 128, 4, 3, 128, 64, 4, 3), 128: (32, 128, 8, 3, 128, 64,
 # step pays off once a program's loop has enough of them. Its own time against 32 x 128 (one H100,
 # bf16, full / causal; docs/results.md): L 1024 0.72 / 0.53 ms against 0.69 / 0.50; 2048 1.25 /
 # 0.80 against 1.24 / 0.79; 4096 2.28 / 1.34 against 2.35-2.41 / 1.38; 8192 4.42 / 2.48 against
-# 4.74 / 2.57. Not with softcap (ATTN_BWD_16_SOFTCAP keeps its launch at every length).
+# 4.74 / 2.57. Not with softcap (ATTN_BWD_16_SOFTCAP keeps its launch at every length). Keyed on Lq
+# alone: grouped heads (a program loops over G Lq queries) and windows (fewer steps) not timed.
 ATTN_BWD_LONG_FROM = 4096
 ATTN_BWD_16_LONG = {128: (64, 128, 8, 3, 128, 64, 8, 3)}
 # the 16-bit head-dimension blocks whose dk/dv kernel issues dP^T = V dO^T right after S^T = K Q^T,

@@ -29,7 +29,7 @@ DEFAULT_REFUSALS = (NotImplementedError,)
 # flash-attention's backward accumulates dq that way unless deterministic=True, and PyTorch lists
 # its own CUDA ops that do (torch.use_deterministic_algorithms): both projects document it as a
 # choice, not a bug, so a module declares it and the laws that call an op twice judge the two
-# results within their bounds instead of bitwise (invariants/_checks.py, repeats_agree).
+# results each within its bound instead of bitwise (invariants/_checks.py, repeats_agree).
 NONDETERMINISTIC = "NONDETERMINISTIC"
 
 

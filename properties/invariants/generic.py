@@ -60,7 +60,7 @@ def all_outputs_written(case, target):
 def deterministic(case, target):
     """Two calls on the same input give bitwise equal results, or, for an op the module declares
     NONDETERMINISTIC (its summation order fixed at run time, as atomic adds from concurrent
-    programs give), results within the sum of their two oracle bounds. Tier default, and why the
+    programs give), two results each within its oracle bound. Tier default, and why the
     declaration: a caller who reruns a step to debug it, or compares two runs, needs the same
     bits, and an order that changes undeclared is most often a race; but flash-attention's
     backward accumulates dq with atomic adds unless deterministic=True, and PyTorch documents its
@@ -70,7 +70,7 @@ def deterministic(case, target):
     args = case.tensors(target.device)
     a = call_op(case, target, args)
     b = call_op(case, target, args)
-    same = "within their bounds" if target.nondeterministic(case.op) else "bitwise equal"
+    same = "each within its bound" if target.nondeterministic(case.op) else "bitwise equal"
     call = f"{case.call_code()}\nfirst = out\n{case.call_code()}\nout = first, out  # the same call twice: {same}"
     repeats_agree(case, target, b, a, args, "repeat call differs", call)
 
@@ -125,8 +125,8 @@ def follows_current_stream(case, target):
     or on a stream of its own that does not wait for the caller's, reads the inputs before they
     are written (the zeros they held); one that waits but does not make the caller wait has its
     outputs read before they are written. Cases whose two calls on the default stream differ are
-    left to `deterministic`; for an op declared NONDETERMINISTIC the two streams' outputs agree
-    within their bounds instead of bitwise. Tier default: every CUDA op of PyTorch runs on the
+    left to `deterministic`; for an op declared NONDETERMINISTIC the two streams' outputs are each
+    within its bound instead of bitwise equal. Tier default: every CUDA op of PyTorch runs on the
     current stream (its CUDA semantics), Triton launches there, and a kernel that does not breaks
     every caller that overlaps work on streams (data loading, communication, graph capture on a
     side stream). On a CUDA device only; STREAM_EXAMPLES examples."""

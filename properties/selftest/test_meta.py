@@ -470,8 +470,8 @@ def test_attention_backward_takes_its_long_launch_from_its_length(monkeypatch):
     from softmax_properties.kernels import tuning as T
     monkeypatch.setattr(_launch, "interpreting", lambda: False)
     n, bf = T.ATTN_BWD_LONG_FROM, torch.bfloat16
-    head = torch.empty((1, 1, n, 128), dtype=bf, device="meta")
     for D, long in T.ATTN_BWD_16_LONG.items():
+        head = torch.empty((1, 1, n, D), dtype=bf, device="meta")
         assert AT.bwd_config(bf, D, D, False, n) == long and AT.bwd_long(bf, D, D, False, n)
         assert AT.bwd_config(bf, D, D, False, n - 1) == T.ATTN_BWD_16[D]
         assert not AT.bwd_long(bf, D, D, True, n) and not AT.bwd_long(torch.float32, D, D, False, n)

@@ -32,6 +32,7 @@ import tempfile
 import traceback
 
 import pytest
+import torch
 from hypothesis import HealthCheck, Phase, errors, find, settings, strategies as st
 
 from .. import mutants, strategies as S
@@ -196,6 +197,44 @@ def test_control_correct_kernels_are_not_caught(op, target):
         return
     pytest.fail(f"the search caught the project's kernels: {report(inv, case, OWN_KERNELS, target.device)}"
                 f"{crashes_told()}")
+
+
+def _long_launch_cases():
+    """attention_backward cases for the long-sequence launch: 16-bit, D = 128 and a partial block
+    of 100, full, causal and grouped heads, lengths around its 64 x 128 blocks."""
+    from ..families.attention.case import AttnCase
+    for dtype in (torch.bfloat16, torch.float16):
+        shapes = ((128, 1, False, (65, 129)), (128, 2, True, (200, 127)), (100, 4, False, (1, 64)),
+                  (128, 2, False, (63, 257)), (100, 1, True, (130, 130)))
+        for D, Hq, causal, (Lq, Lk) in shapes:
+            yield AttnCase(op="attention_backward", dtype=dtype, B=2, Hq=Hq, Hkv=1, Lq=Lq, Lk=Lk, D=D, Dv=D,
+                           seed=Lq + Lk, causal=causal)
+
+
+def test_long_attention_launch_matches_the_oracle(target, monkeypatch):
+    """The attention backward's long-sequence launch (kernels/tuning.py ATTN_BWD_16_LONG, with
+    OFF32) starts at ATTN_BWD_LONG_FROM queries, beyond the lengths the suite draws: the oracle
+    law holds for it at that length +-1 and, with the threshold lowered to 1, on short cases with
+    partial blocks, a causal mask and grouped heads. Compiled code: on a GPU (the interpreter
+    runs a launch of its own)."""
+    if target.device == "cpu":
+        pytest.skip("the long launch is compiled code (the interpreter runs its own launch): on a GPU")
+    from softmax_properties.kernels import _attention as AT
+    from softmax_properties.kernels import tuning as T
+    from ..families.attention.case import AttnCase
+    law = next(inv for inv in REGISTRY if inv.name == "attention_matches_oracle")
+    own = Target(OWN_KERNELS)
+    own.device, own.record = target.device, False
+    n = T.ATTN_BWD_LONG_FROM
+    for Lq in (n - 1, n, n + 1):
+        case = AttnCase(op="attention_backward", dtype=torch.bfloat16, B=1, Hq=1, Hkv=1, Lq=Lq, Lk=96, D=128, Dv=128,
+                        seed=Lq, causal=Lq == n)
+        assert AT.bwd_long(case.dtype, 128, 128, False, Lq) == (Lq >= n)
+        law.check(case, own)
+    monkeypatch.setattr(T, "ATTN_BWD_LONG_FROM", 1)
+    for case in _long_launch_cases():
+        assert AT.bwd_long(case.dtype, case.D, case.Dv, False, case.Lq)
+        law.check(case, own)
 
 
 # ----------------------------------------------------------------------------------------------

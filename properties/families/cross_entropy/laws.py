@@ -184,7 +184,7 @@ def ce_ignored_rows_do_not_count(case, target, strict=False):
     gradient is NaN (0 * NaN in its log_softmax backward), a defensible choice; strict
     (ce_ignored_nonfinite_rows_zero_gradient): NaN and +-inf too, and the gradient stays exactly 0
     (this project's choice, oracles/semantics.py CE_SEMANTICS). An op the module declares
-    NONDETERMINISTIC: the two outputs within the sum of their bounds instead of bitwise."""
+    NONDETERMINISTIC: each of the two outputs within its bound instead of bitwise."""
     args = case.tensors(target.device)
     # fresh allocations on both sides: a kernel may pick its code by alignment (the contiguous
     # copy of a storage-offset view keeps the offset), and then its rounding may differ
