@@ -139,7 +139,7 @@ def follows_current_stream(case, target):
         return [o.clone() for o in out]
 
     want = settled(args)
-    if not target.nondeterministic(case.op):  # declared: the two are compared within their bounds below
+    if not target.nondeterministic(case.op):  # declared: each result is held to its bound below
         again = settled(args)
         assume(len(again) == len(want) and all(a.shape == w.shape and a.dtype == w.dtype
                                                and bool(bits_equal(a, w).all()) for a, w in zip(again, want)))
