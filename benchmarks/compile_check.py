@@ -51,7 +51,7 @@ def ptxas_report(kernel) -> str:
         os.unlink(f.name)
 
 
-# attention (kernels/_attention.py): forward, the backward's launches (backward, fused), every
+# attention (kernels/_attention.py): forward, the backward's dq (with delta) and dk/dv kernels, every
 # dtype at its GPU block shapes (kernels/tuning.py) for head dimensions 64, 128 and 256, full
 # blocks with 16-byte vectors (FULL) or not, with and without softcap (the window is a runtime
 # argument)
@@ -89,27 +89,28 @@ def check_attention():
         long = AT.bwd_long(_TORCH[dt], bd, bd, softcap, AT.T.ATTN_BWD_LONG_FROM)
         for Lq in (0, AT.T.ATTN_BWD_LONG_FROM) if long else (0,):
             bm1, bn1, w1, s1, bm2, bn2, w2, s2 = AT.bwd_config(_TORCH[dt], bd, bd, softcap, Lq)
-            s = {**{n: f"*{dt}" for n in ("Q", "K", "V", "O", "DO", "DQ", "DK", "DV")},
-                 **{n: f"*{lse}" for n in ("LSE", "DLSE", "DELTA")}, **{n: "i32" for n in AT._BWD_INTS},
+            s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
+                 "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
                  **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
-            head = torch.empty((1, 1, 4096, bd), dtype=_TORCH[dt], device="meta")  # a head at L 4096
-            c = dict(flags, BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2, HAS_DLSE=False,
-                     DP_FIRST=AT.dp_first(_TORCH[dt], bd), OFF32=AT.off32(head, head, bm1, bd, bool(Lq)))
-            # the launches backward() makes: dq programs (with delta) then dk/dv programs, or delta
-            # then both kinds in one launch (AT.fused)
-            one = AT.fused(_TORCH[dt], bd) and (w1, s1) == (w2, s2)
-            for parts, warps, stages in ((0, w2, s2), (3, w1, s1)) if one else ((2, w2, s2), (1, w1, s1)):
-                cp = dict(c, PARTS=parts, HAS_DLSE=parts in (0, 2) and full)
-                if parts in (0, 2):  # dq programs alone read neither (backward fixes them)
-                    cp.update(DP_FIRST=False, OFF32=False)
+            sq = {n: t for n, t in s.items() if n not in ("GB", "sub", "suh", "sun", "sud")}
+            sq.update(O=f"*{dt}", DLSE=f"*{lse}", **{n: "i32" for n in AT._DQ_INTS})
+            for kern, sig, bm, bn, warps, stages in ((AT._attn_bwd_dkdv_kernel, s, bm1, bn1, w1, s1),
+                                                     (AT._attn_bwd_dq_kernel, sq, bm2, bn2, w2, s2)):
+                c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)
+                if kern is AT._attn_bwd_dq_kernel:
+                    c["HAS_DLSE"] = full
+                else:
+                    c["DP_FIRST"] = AT.dp_first(_TORCH[dt], bd)
+                    head = torch.empty((1, 1, 4096, bd), dtype=_TORCH[dt], device="meta")  # a head at L 4096
+                    c["OFF32"] = AT.off32(head, head, bm, bd, bool(Lq))
                 try:
                     t0 = time.perf_counter()
-                    compiled = triton.compile(ASTSource(AT._attn_bwd_kernel, dict(s, **{k: "constexpr" for k in cp}), cp),
+                    compiled = triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c),
                                               target=tgt, options={"num_warps": warps, "num_stages": stages})
-                    print(f"attention bwd PARTS={parts} ok {dt} D={bd} FULL={full} SOFTCAP={softcap}"
+                    print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap}"
                           f"{' long' if Lq else ''} ({time.perf_counter() - t0:.1f} s){ptxas_report(compiled)}")
                 except Exception as e:
-                    print("attention bwd PARTS", parts, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
+                    print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
 
 if ATTENTION_ONLY:
     check_attention()

@@ -21,15 +21,12 @@ whose visible scores are all -inf (or a fully masked block) forms exp2(-inf - 0)
 NaN o and lse = +inf. P is rounded to the input dtype for the P V product in 16-bit (as every
 flash kernel does); float32 dots run with input_precision="ieee"; float64 dots in float64.
 
-Backward (the standard design, no atomics, so results are deterministic): dq programs (each
-holds BLOCK_M2 queries and streams the key blocks), which first form their rows'
-delta_i = rowsum(o_i * do_i) - dlse_i (float32; float64 for float64) and store it, then dk/dv
-programs (each holds BLOCK_N1 keys of one key/value head and streams the query blocks of every
-query head of its group), each recomputing P = exp(s - lse) from the forward's lse. Two launches
-(the dq programs', then the dk/dv programs'), or, for the head dimensions of ATTN_BWD_FUSED
-(kernels/tuning.py), a launch that forms delta and then one of both kinds of programs, as
-FlexAttention's backward does: one wave tail instead of two. A gradient of lse (autograd, when
-lse is used) enters as dS = P (dP - delta + dlse).
+Backward (the standard design, no atomics, so results are deterministic): one kernel for dq (a
+program holds BLOCK_M2 queries and streams the key blocks), which first forms its rows'
+delta_i = rowsum(o_i * do_i) - dlse_i (float32; float64 for float64) and stores it, then one for
+dk and dv (a program holds BLOCK_N1 keys of one key/value head and streams the query blocks of
+every query head of its group), each recomputing P = exp(s - lse) from the forward's lse. A
+gradient of lse (autograd, when lse is used) enters as dS = P (dP - delta + dlse).
 
 Keys a query cannot see never enter its row's arithmetic as scores (masked to -inf, so NaN in an
 invisible key's k changes nothing); a masked pair inside a block still multiplies its zero weight
@@ -57,10 +54,12 @@ _FWD_INTS = ["sqb", "sqh", "sqm", "sqd", "skb", "skh", "skn", "skd", "svb", "svh
              "sob", "soh", "som", "sod", "Hq", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr"]
 _FWD_PTRS = ["Q", "K", "V", "O", "LSE"]
 _BWD_INTS = ["sqb", "sqh", "sqm", "sqd", "skb", "skh", "skn", "skd", "svb", "svh", "svn", "svd",
-             "sob", "soh", "som", "sod", "sdb", "sdh", "sdm", "sdd", "sdqb", "sdqh", "sdqm", "sdqd",
-             "sdkb", "sdkh", "sdkn", "sdkd", "sdvb", "sdvh", "sdvn", "sdvd",
-             "Hq", "Hkv", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr", "N1", "N2"]
-_BWD_PTRS = ["Q", "K", "V", "O", "DO", "LSE", "DLSE", "DELTA", "DQ", "DK", "DV"]
+             "sdb", "sdh", "sdm", "sdd", "sgb", "sgh", "sgn", "sgd", "sub", "suh", "sun", "sud",
+             "Hq", "Hkv", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr"]
+_BWD_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "GB"]
+# the dq kernel: o (in the dk/dv kernel's GB slot, with its strides) and dlse for delta, no dv
+_DQ_INTS = [{"sub": "sob", "suh": "soh", "sun": "som", "sud": "sod"}.get(n, n) for n in _BWD_INTS]
+_DQ_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "O", "DLSE"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -328,228 +327,223 @@ def _row_lse(LSE_h, rows, Lq):
 
 @triton.jit
 def _row_stats(LSE_h, DELTA_h, rows, Lq):
-    """The rows' lse (_row_lse) and delta (stored by the dq programs, PARTS 2 or 0)."""
+    """The rows' lse (_row_lse) and delta (written by the dq kernel)."""
     return _row_lse(LSE_h, rows, Lq), tl.load(DELTA_h + rows, mask=rows < Lq, other=0.0)
 
 
 @triton.jit(do_not_specialize=_BWD_INTS, do_not_specialize_on_alignment=_BWD_INTS + _BWD_PTRS)
-def _attn_bwd_kernel(
-    Q, K, V, O, DO, LSE, DLSE, DELTA, DQ, DK, DV,
-    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd, sob, soh, som, sod, sdb, sdh, sdm, sdd,
-    sdqb, sdqh, sdqm, sdqd, sdkb, sdkh, sdkn, sdkd, sdvb, sdvh, sdvn, sdvd,
-    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr, N1, N2,
+def _attn_bwd_dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, GA, GB,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+    sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sub, suh, sun, sud,
+    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
     sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
-    PARTS: tl.constexpr, F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr, HAS_DLSE: tl.constexpr,
-    BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr, DP_FIRST: tl.constexpr, OFF32: tl.constexpr,
+    F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    DP_FIRST: tl.constexpr, OFF32: tl.constexpr,
 ):
-    """The backward's programs, N1 of the dk/dv kind and N2 of the dq kind. A dk/dv program holds
-    BLOCK_N1 keys of one key/value head and streams the BLOCK_M1-query blocks of every query head of
-    its group; a dq program holds BLOCK_M2 queries of one head, streams the BLOCK_N2-key blocks, and
-    first forms its rows' delta = rowsum(o do) - dlse. PARTS: 2, dq programs (delta stored for a
-    PARTS 1 launch after them); 1, dk/dv programs; 0, dq programs that stop after delta; 3, both
-    kinds in one launch, alternating while both last, on a PARTS 0 launch's delta (one grid: the
-    wave tail of one kind fills with the other's programs). OFF32: the dk/dv query loops carry int32
-    offset tiles from the head's base instead of 64-bit pointer tiles, half the registers (off32:
-    where q's and do's offsets within a head fit in int32)."""
+    """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads.
+    OFF32: the query loops carry int32 offset tiles from the head's base instead of 64-bit pointer
+    tiles, half the registers (off32: where q's and do's offsets within a head fit in int32)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    IT: tl.constexpr = tl.int32 if OFF32 else tl.int64
+    n_nb = tl.cdiv(Lk, BLOCK_N)
     pid = tl.program_id(0)
-    if PARTS == 3:
-        both = 2 * tl.minimum(N1, N2)
-        kv = tl.where(pid < both, pid % 2 == 0, N1 > N2)
-        pid = tl.where(pid < both, pid // 2, pid - both // 2)
-    else:
-        kv: tl.constexpr = PARTS == 1
-    if kv:  # dk (DK) and dv (DV), summed over the group's query heads
-        IT: tl.constexpr = tl.int32 if OFF32 else tl.int64
-        n_nb = tl.cdiv(Lk, BLOCK_N1)
-        pid_n = pid % n_nb
-        bhk = pid // n_nb
-        b = (bhk // Hkv).to(tl.int64)
-        hk = (bhk % Hkv).to(tl.int64)
-        n0 = pid_n * BLOCK_N1
-        cols = n0 + tl.arange(0, BLOCK_N1)
-        offs_m = tl.arange(0, BLOCK_M1)
-        offs_d = tl.arange(0, BLOCK_D)
-        offs_dv = tl.arange(0, BLOCK_DV)
-        sc = _join(sc0, sc1, sc2, F64)
-        cm = _join(cm0, cm1, cm2, F64)
-        gs = _join(gs0, gs1, gs2, F64)
+    pid_n = pid % n_nb
+    bhk = pid // n_nb
+    b = (bhk // Hkv).to(tl.int64)
+    hk = (bhk % Hkv).to(tl.int64)
+    n0 = pid_n * BLOCK_N
+    cols = n0 + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    sc = _join(sc0, sc1, sc2, F64)
+    cm = _join(cm0, cm1, cm2, F64)
+    gs = _join(gs0, gs1, gs2, F64)
 
-        kmask = cols[:, None] < Lk
+    kmask = cols[:, None] < Lk
+    vmask = kmask
+    if not FULL:
+        kmask = kmask & (offs_d[None, :] < D)
+        vmask = vmask & (offs_dv[None, :] < Dv)
+    k_ptrs = K + b * skb + hk * skh + cols.to(tl.int64)[:, None] * skn + offs_d[None, :].to(tl.int64) * skd
+    v_ptrs = V + b * svb + hk * svh + cols.to(tl.int64)[:, None] * svn + offs_dv[None, :].to(tl.int64) * svd
+    if FULL:
+        k_ptrs = tl.max_contiguous(tl.multiple_of(k_ptrs, [1, 16]), [1, 16])
+        v_ptrs = tl.max_contiguous(tl.multiple_of(v_ptrs, [1, 16]), [1, 16])
+    k = tl.load(k_ptrs, mask=kmask, other=0.0)
+    v = tl.load(v_ptrs, mask=vmask, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], CT)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], CT)
+    # the queries that see key j: j - off - wr <= i <= j - off + wl (the transposed problem)
+    lo, r1, r2, hi = _ranges(n0, BLOCK_N, Lk, Lq, -off - wr, wl - off, BLOCK_M)
+    n1 = tl.cdiv(tl.maximum(r1 - lo, 0), BLOCK_M)
+    n_edge = n1 + tl.cdiv(tl.maximum(hi - r2, 0), BLOCK_M)
+    for g in range(0, G):
+        h = hk * G + g
+        Q_h = Q + b * sqb + h * sqh
+        DO_h = DO + b * sdb + h * sdh
+        LSE_h = LSE + (b * Hq + h) * Lq
+        DELTA_h = DELTA + (b * Hq + h) * Lq
+        # the query blocks every pair of which is visible: no mask, no tail
+        if OFF32:  # offsets from the head's base
+            qp = (r1 + offs_m)[None, :] * sqm + offs_d[:, None] * sqd
+            dop = (r1 + offs_m)[:, None] * sdm + offs_dv[None, :] * sdd
+        else:  # pointers
+            qp = Q_h + (r1 + offs_m).to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
+            dop = DO_h + (r1 + offs_m).to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+        for start_m in range(r1, r2, BLOCK_M):
+            rows = start_m + offs_m
+            qph = Q_h + qp if OFF32 else qp
+            doph = DO_h + dop if OFF32 else dop
+            if FULL:
+                qph = tl.max_contiguous(tl.multiple_of(qph, [16, 1]), [16, 1])
+                doph = tl.max_contiguous(tl.multiple_of(doph, [1, 16]), [1, 16])
+                qT = tl.load(qph)
+                do = tl.load(doph)
+            else:
+                qT = tl.load(qph, mask=offs_d[:, None] < D, other=0.0)
+                do = tl.load(doph, mask=offs_dv[None, :] < Dv, other=0.0)
+            lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
+            dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+                                F64, SOFTCAP, False, DP_FIRST)
+            qp += tl.cast(sqm, IT) * BLOCK_M
+            dop += tl.cast(sdm, IT) * BLOCK_M
+        # the blocks on a mask's edge or past the end of the queries: before r1, from r2 on
+        for i in tl.range(0, n_edge, num_stages=1):
+            rows = tl.where(i < n1, lo + i * BLOCK_M, r2 + (i - n1) * BLOCK_M) + offs_m
+            if OFF32:
+                qph = Q_h + (rows[None, :] * sqm + offs_d[:, None] * sqd)
+                doph = DO_h + (rows[:, None] * sdm + offs_dv[None, :] * sdd)
+            else:
+                qph = Q_h + rows.to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
+                doph = DO_h + rows.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+            if FULL:
+                qph = tl.max_contiguous(tl.multiple_of(qph, [16, 1]), [16, 1])
+                doph = tl.max_contiguous(tl.multiple_of(doph, [1, 16]), [1, 16])
+            qmask = rows[None, :] < Lq
+            dmask = rows[:, None] < Lq
+            if not FULL:
+                qmask = qmask & (offs_d[:, None] < D)
+                dmask = dmask & (offs_dv[None, :] < Dv)
+            qT = tl.load(qph, mask=qmask, other=0.0)
+            do = tl.load(doph, mask=dmask, other=0.0)
+            lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
+            dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+                                F64, SOFTCAP, True, DP_FIRST)
+    dk = dk * gs
+    dk_ptrs = GA + b * sgb + hk * sgh + cols.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
+    dv_ptrs = GB + b * sub + hk * suh + cols.to(tl.int64)[:, None] * sun + offs_dv[None, :].to(tl.int64) * sud
+    if FULL:
+        dk_ptrs = tl.max_contiguous(tl.multiple_of(dk_ptrs, [1, 16]), [1, 16])
+        dv_ptrs = tl.max_contiguous(tl.multiple_of(dv_ptrs, [1, 16]), [1, 16])
+    tl.store(dk_ptrs, to_out(dk, GA.dtype.element_ty), mask=kmask)
+    tl.store(dv_ptrs, to_out(dv, GB.dtype.element_ty), mask=vmask)
+
+
+@triton.jit(do_not_specialize=_DQ_INTS, do_not_specialize_on_alignment=_DQ_INTS + _DQ_PTRS)
+def _attn_bwd_dq_kernel(
+    Q, K, V, DO, LSE, DELTA, GA, O, DLSE,
+    sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
+    sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sob, soh, som, sod,
+    Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
+    sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
+    F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr, HAS_DLSE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+):
+    """dq (GA) of BLOCK_M queries of one head, and first their delta = rowsum(o do) - dlse
+    (DELTA, for the dk/dv kernel launched after this one)."""
+    CT: tl.constexpr = tl.float64 if F64 else tl.float32
+    n_mb = tl.cdiv(Lq, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_m = n_mb - 1 - pid % n_mb
+    bh = pid // n_mb
+    b = (bh // Hq).to(tl.int64)
+    h = bh % Hq
+    hk = (h // G).to(tl.int64)
+    h = h.to(tl.int64)
+    m0 = pid_m * BLOCK_M
+    rows = m0 + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
+    sc = _join(sc0, sc1, sc2, F64)
+    cm = _join(cm0, cm1, cm2, F64)
+    gs = _join(gs0, gs1, gs2, F64)
+
+    rmask = rows[:, None] < Lq
+    qmask = rmask
+    dmask = rmask
+    if not FULL:
+        qmask = qmask & (offs_d[None, :] < D)
+        dmask = dmask & (offs_dv[None, :] < Dv)
+    q_ptrs = Q + b * sqb + h * sqh + rows.to(tl.int64)[:, None] * sqm + offs_d[None, :].to(tl.int64) * sqd
+    do_ptrs = DO + b * sdb + h * sdh + rows.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
+    o_ptrs = O + b * sob + h * soh + rows.to(tl.int64)[:, None] * som + offs_dv[None, :].to(tl.int64) * sod
+    if FULL:
+        q_ptrs = tl.max_contiguous(tl.multiple_of(q_ptrs, [1, 16]), [1, 16])
+        do_ptrs = tl.max_contiguous(tl.multiple_of(do_ptrs, [1, 16]), [1, 16])
+        o_ptrs = tl.max_contiguous(tl.multiple_of(o_ptrs, [1, 16]), [1, 16])
+    q = tl.load(q_ptrs, mask=qmask, other=0.0)
+    do = tl.load(do_ptrs, mask=dmask, other=0.0)
+    o = tl.load(o_ptrs, mask=dmask, other=0.0)
+    # delta here, not in a pass of its own: its rows are this program's, o one more tile to read
+    delta = tl.sum(o.to(CT) * do.to(CT), 1)
+    rrow = bh.to(tl.int64) * Lq + rows
+    if HAS_DLSE:
+        delta -= tl.load(DLSE + rrow, mask=rows < Lq, other=0.0).to(CT)
+    tl.store(DELTA + rrow, delta, mask=rows < Lq)
+    lse = _row_lse(LSE + bh.to(tl.int64) * Lq, rows, Lq)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], CT)
+    lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, BLOCK_N)
+    K_h = K + b * skb + hk * skh
+    V_h = V + b * svb + hk * svh
+    # the key blocks every pair of which is visible: no mask, no tail
+    kp = K_h + (r1 + offs_n).to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
+    vp = V_h + (r1 + offs_n).to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
+    for start_n in range(r1, r2, BLOCK_N):
+        kph = kp
+        vph = vp
+        if FULL:
+            kph = tl.max_contiguous(tl.multiple_of(kp, [16, 1]), [16, 1])
+            vph = tl.max_contiguous(tl.multiple_of(vp, [16, 1]), [16, 1])
+            kT = tl.load(kph)
+            vT = tl.load(vph)
+        else:
+            kT = tl.load(kph, mask=offs_d[:, None] < D, other=0.0)
+            vT = tl.load(vph, mask=offs_dv[:, None] < Dv, other=0.0)
+        dq = _dq_step(dq, q, do, kT, vT, lse, delta, rows, start_n + offs_n, sc, cm, Lq, Lk, off, wl, wr,
+                      F64, SOFTCAP, False)
+        kp += tl.cast(skn, tl.int64) * BLOCK_N
+        vp += tl.cast(svn, tl.int64) * BLOCK_N
+    # the blocks on a mask's edge or past the end of the keys: before r1, from r2 on
+    n1 = tl.cdiv(tl.maximum(r1 - lo, 0), BLOCK_N)
+    for i in range(0, n1 + tl.cdiv(tl.maximum(hi - r2, 0), BLOCK_N)):
+        cols = tl.where(i < n1, lo + i * BLOCK_N, r2 + (i - n1) * BLOCK_N) + offs_n
+        kph = K_h + cols.to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
+        vph = V_h + cols.to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
+        if FULL:
+            kph = tl.max_contiguous(tl.multiple_of(kph, [16, 1]), [16, 1])
+            vph = tl.max_contiguous(tl.multiple_of(vph, [16, 1]), [16, 1])
+        kmask = cols[None, :] < Lk
         vmask = kmask
         if not FULL:
-            kmask = kmask & (offs_d[None, :] < D)
-            vmask = vmask & (offs_dv[None, :] < Dv)
-        k_ptrs = K + b * skb + hk * skh + cols.to(tl.int64)[:, None] * skn + offs_d[None, :].to(tl.int64) * skd
-        v_ptrs = V + b * svb + hk * svh + cols.to(tl.int64)[:, None] * svn + offs_dv[None, :].to(tl.int64) * svd
-        if FULL:
-            k_ptrs = tl.max_contiguous(tl.multiple_of(k_ptrs, [1, 16]), [1, 16])
-            v_ptrs = tl.max_contiguous(tl.multiple_of(v_ptrs, [1, 16]), [1, 16])
-        k = tl.load(k_ptrs, mask=kmask, other=0.0)
-        v = tl.load(v_ptrs, mask=vmask, other=0.0)
-        dk = tl.zeros([BLOCK_N1, BLOCK_D], CT)
-        dv = tl.zeros([BLOCK_N1, BLOCK_DV], CT)
-        # the queries that see key j: j - off - wr <= i <= j - off + wl (the transposed problem)
-        lo, r1, r2, hi = _ranges(n0, BLOCK_N1, Lk, Lq, -off - wr, wl - off, BLOCK_M1)
-        n1 = tl.cdiv(tl.maximum(r1 - lo, 0), BLOCK_M1)
-        n_edge = n1 + tl.cdiv(tl.maximum(hi - r2, 0), BLOCK_M1)
-        for g in range(0, G):
-            h = hk * G + g
-            Q_h = Q + b * sqb + h * sqh
-            DO_h = DO + b * sdb + h * sdh
-            LSE_h = LSE + (b * Hq + h) * Lq
-            DELTA_h = DELTA + (b * Hq + h) * Lq
-            # the query blocks every pair of which is visible: no mask, no tail
-            if OFF32:  # offsets from the head's base
-                qp = (r1 + offs_m)[None, :] * sqm + offs_d[:, None] * sqd
-                dop = (r1 + offs_m)[:, None] * sdm + offs_dv[None, :] * sdd
-            else:  # pointers
-                qp = Q_h + (r1 + offs_m).to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
-                dop = DO_h + (r1 + offs_m).to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
-            for start_m in range(r1, r2, BLOCK_M1):
-                rows = start_m + offs_m
-                qph = Q_h + qp if OFF32 else qp
-                doph = DO_h + dop if OFF32 else dop
-                if FULL:
-                    qph = tl.max_contiguous(tl.multiple_of(qph, [16, 1]), [16, 1])
-                    doph = tl.max_contiguous(tl.multiple_of(doph, [1, 16]), [1, 16])
-                    qT = tl.load(qph)
-                    do = tl.load(doph)
-                else:
-                    qT = tl.load(qph, mask=offs_d[:, None] < D, other=0.0)
-                    do = tl.load(doph, mask=offs_dv[None, :] < Dv, other=0.0)
-                lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
-                dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-                                    F64, SOFTCAP, False, DP_FIRST)
-                qp += tl.cast(sqm, IT) * BLOCK_M1
-                dop += tl.cast(sdm, IT) * BLOCK_M1
-            # the blocks on a mask's edge or past the end of the queries: before r1, from r2 on
-            for i in tl.range(0, n_edge, num_stages=1):
-                rows = tl.where(i < n1, lo + i * BLOCK_M1, r2 + (i - n1) * BLOCK_M1) + offs_m
-                if OFF32:
-                    qph = Q_h + (rows[None, :] * sqm + offs_d[:, None] * sqd)
-                    doph = DO_h + (rows[:, None] * sdm + offs_dv[None, :] * sdd)
-                else:
-                    qph = Q_h + rows.to(tl.int64)[None, :] * sqm + offs_d[:, None].to(tl.int64) * sqd
-                    doph = DO_h + rows.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
-                if FULL:
-                    qph = tl.max_contiguous(tl.multiple_of(qph, [16, 1]), [16, 1])
-                    doph = tl.max_contiguous(tl.multiple_of(doph, [1, 16]), [1, 16])
-                qmask = rows[None, :] < Lq
-                dmask = rows[:, None] < Lq
-                if not FULL:
-                    qmask = qmask & (offs_d[:, None] < D)
-                    dmask = dmask & (offs_dv[None, :] < Dv)
-                qT = tl.load(qph, mask=qmask, other=0.0)
-                do = tl.load(doph, mask=dmask, other=0.0)
-                lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
-                dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-                                    F64, SOFTCAP, True, DP_FIRST)
-        dk = dk * gs
-        dk_ptrs = DK + b * sdkb + hk * sdkh + cols.to(tl.int64)[:, None] * sdkn + offs_d[None, :].to(tl.int64) * sdkd
-        dv_ptrs = DV + b * sdvb + hk * sdvh + cols.to(tl.int64)[:, None] * sdvn + offs_dv[None, :].to(tl.int64) * sdvd
-        if FULL:
-            dk_ptrs = tl.max_contiguous(tl.multiple_of(dk_ptrs, [1, 16]), [1, 16])
-            dv_ptrs = tl.max_contiguous(tl.multiple_of(dv_ptrs, [1, 16]), [1, 16])
-        tl.store(dk_ptrs, to_out(dk, DK.dtype.element_ty), mask=kmask)
-        tl.store(dv_ptrs, to_out(dv, DV.dtype.element_ty), mask=vmask)
-        if PARTS == 3:
-            return
-    # the dq kind (DQ); a separate `if`, not an `else`, so that in one launch of both kinds (PARTS 3, a
-    # runtime branch) the two programs' names need not have the same types
-    if not kv:
-        n_mb = tl.cdiv(Lq, BLOCK_M2)
-        pid_m = n_mb - 1 - pid % n_mb
-        bh = pid // n_mb
-        b = (bh // Hq).to(tl.int64)
-        h = bh % Hq
-        hk = (h // G).to(tl.int64)
-        h = h.to(tl.int64)
-        m0 = pid_m * BLOCK_M2
-        rows = m0 + tl.arange(0, BLOCK_M2)
-        offs_n = tl.arange(0, BLOCK_N2)
-        offs_d = tl.arange(0, BLOCK_D)
-        offs_dv = tl.arange(0, BLOCK_DV)
-        sc = _join(sc0, sc1, sc2, F64)
-        cm = _join(cm0, cm1, cm2, F64)
-        gs = _join(gs0, gs1, gs2, F64)
-
-        rmask = rows[:, None] < Lq
-        qmask = rmask
-        dmask = rmask
-        if not FULL:
-            qmask = qmask & (offs_d[None, :] < D)
-            dmask = dmask & (offs_dv[None, :] < Dv)
-        q_ptrs = Q + b * sqb + h * sqh + rows.to(tl.int64)[:, None] * sqm + offs_d[None, :].to(tl.int64) * sqd
-        do_ptrs = DO + b * sdb + h * sdh + rows.to(tl.int64)[:, None] * sdm + offs_dv[None, :].to(tl.int64) * sdd
-        o_ptrs = O + b * sob + h * soh + rows.to(tl.int64)[:, None] * som + offs_dv[None, :].to(tl.int64) * sod
-        if FULL:
-            q_ptrs = tl.max_contiguous(tl.multiple_of(q_ptrs, [1, 16]), [1, 16])
-            do_ptrs = tl.max_contiguous(tl.multiple_of(do_ptrs, [1, 16]), [1, 16])
-            o_ptrs = tl.max_contiguous(tl.multiple_of(o_ptrs, [1, 16]), [1, 16])
-        do = tl.load(do_ptrs, mask=dmask, other=0.0)
-        rrow = bh.to(tl.int64) * Lq + rows
-        if PARTS == 3:  # a launch before this one formed delta
-            delta = tl.load(DELTA + rrow, mask=rows < Lq, other=0.0)
-        else:  # delta here: its rows are this program's, o one more tile to read
-            o = tl.load(o_ptrs, mask=dmask, other=0.0)
-            delta = tl.sum(o.to(CT) * do.to(CT), 1)
-            if HAS_DLSE:
-                delta -= tl.load(DLSE + rrow, mask=rows < Lq, other=0.0).to(CT)
-            tl.store(DELTA + rrow, delta, mask=rows < Lq)
-            if PARTS == 0:
-                return
-        q = tl.load(q_ptrs, mask=qmask, other=0.0)
-        lse = _row_lse(LSE + bh.to(tl.int64) * Lq, rows, Lq)
-        dq = tl.zeros([BLOCK_M2, BLOCK_D], CT)
-        lo, r1, r2, hi = _ranges(m0, BLOCK_M2, Lq, Lk, off - wl, off + wr, BLOCK_N2)
-        K_h = K + b * skb + hk * skh
-        V_h = V + b * svb + hk * svh
-        # the key blocks every pair of which is visible: no mask, no tail
-        kp = K_h + (r1 + offs_n).to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
-        vp = V_h + (r1 + offs_n).to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
-        for start_n in range(r1, r2, BLOCK_N2):
-            kph = kp
-            vph = vp
-            if FULL:
-                kph = tl.max_contiguous(tl.multiple_of(kp, [16, 1]), [16, 1])
-                vph = tl.max_contiguous(tl.multiple_of(vp, [16, 1]), [16, 1])
-                kT = tl.load(kph)
-                vT = tl.load(vph)
-            else:
-                kT = tl.load(kph, mask=offs_d[:, None] < D, other=0.0)
-                vT = tl.load(vph, mask=offs_dv[:, None] < Dv, other=0.0)
-            dq = _dq_step(dq, q, do, kT, vT, lse, delta, rows, start_n + offs_n, sc, cm, Lq, Lk, off, wl, wr,
-                          F64, SOFTCAP, False)
-            kp += tl.cast(skn, tl.int64) * BLOCK_N2
-            vp += tl.cast(svn, tl.int64) * BLOCK_N2
-        # the blocks on a mask's edge or past the end of the keys: before r1, from r2 on
-        n1 = tl.cdiv(tl.maximum(r1 - lo, 0), BLOCK_N2)
-        for i in range(0, n1 + tl.cdiv(tl.maximum(hi - r2, 0), BLOCK_N2)):
-            cols = tl.where(i < n1, lo + i * BLOCK_N2, r2 + (i - n1) * BLOCK_N2) + offs_n
-            kph = K_h + cols.to(tl.int64)[None, :] * skn + offs_d[:, None].to(tl.int64) * skd
-            vph = V_h + cols.to(tl.int64)[None, :] * svn + offs_dv[:, None].to(tl.int64) * svd
-            if FULL:
-                kph = tl.max_contiguous(tl.multiple_of(kph, [16, 1]), [16, 1])
-                vph = tl.max_contiguous(tl.multiple_of(vph, [16, 1]), [16, 1])
-            kmask = cols[None, :] < Lk
-            vmask = kmask
-            if not FULL:
-                kmask = kmask & (offs_d[:, None] < D)
-                vmask = vmask & (offs_dv[:, None] < Dv)
-            kT = tl.load(kph, mask=kmask, other=0.0)
-            vT = tl.load(vph, mask=vmask, other=0.0)
-            dq = _dq_step(dq, q, do, kT, vT, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
-                          F64, SOFTCAP, True)
-        dq = dq * gs
-        dq_ptrs = DQ + b * sdqb + h * sdqh + rows.to(tl.int64)[:, None] * sdqm + offs_d[None, :].to(tl.int64) * sdqd
-        if FULL:
-            dq_ptrs = tl.max_contiguous(tl.multiple_of(dq_ptrs, [1, 16]), [1, 16])
-        tl.store(dq_ptrs, to_out(dq, DQ.dtype.element_ty), mask=qmask)
+            kmask = kmask & (offs_d[:, None] < D)
+            vmask = vmask & (offs_dv[:, None] < Dv)
+        kT = tl.load(kph, mask=kmask, other=0.0)
+        vT = tl.load(vph, mask=vmask, other=0.0)
+        dq = _dq_step(dq, q, do, kT, vT, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
+                      F64, SOFTCAP, True)
+    dq = dq * gs
+    dq_ptrs = GA + b * sgb + h * sgh + rows.to(tl.int64)[:, None] * sgn + offs_d[None, :].to(tl.int64) * sgd
+    if FULL:
+        dq_ptrs = tl.max_contiguous(tl.multiple_of(dq_ptrs, [1, 16]), [1, 16])
+    tl.store(dq_ptrs, to_out(dq, GA.dtype.element_ty), mask=qmask)
 
 
-JIT_KERNELS = L.register_jit(_attn_fwd_kernel, _attn_bwd_kernel)
+
+JIT_KERNELS = L.register_jit(_attn_fwd_kernel, _attn_bwd_dkdv_kernel, _attn_bwd_dq_kernel)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -719,13 +713,6 @@ def dp_first(dtype: torch.dtype, bd: int) -> bool:
     return _listed("ATTN_KERNELS_BWD_DP_FIRST", dtype, bd, T.ATTN_BWD_DP_FIRST)
 
 
-def fused(dtype: torch.dtype, bd: int) -> bool:
-    """Whether the backward runs its dk/dv and dq programs in one launch (PARTS 3, after a launch
-    for delta) for a head-dimension block bd (kernels/tuning.py, ATTN_BWD_FUSED;
-    ATTN_KERNELS_BWD_FUSED overrides), where the two kinds share num_warps and num_stages."""
-    return _listed("ATTN_KERNELS_BWD_FUSED", dtype, bd, T.ATTN_BWD_FUSED)
-
-
 def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) -> list:
     """Sequence lengths (Lq or Lk) where the kernels' block structure changes, forward or
     backward: each block size and its double, and the query count from which the backward takes
@@ -815,7 +802,8 @@ def _launch(fn, grid, args, constexprs, num_warps: int, num_stages: int) -> None
     launcher(grid, args, constexprs, num_warps)
 
 
-def _grid(n: int) -> tuple:
+def _grid(n_blocks: int, heads: int) -> tuple:
+    n = n_blocks * heads
     if n >= 2**31:
         raise ValueError(f"attention: {n} programs exceed the grid's 2**31 - 1 (batch x heads x blocks)")
     return (n,)
@@ -841,7 +829,7 @@ def forward(q, k, v, scale: float, left, right, softcap):
                    SOFTCAP=bool(softcap))
     args = (q, k, v, o, lse, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
             Hq, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap)[:6])
-    _launch(_attn_fwd_kernel, _grid(triton.cdiv(Lq, bm) * B * Hq), args,
+    _launch(_attn_fwd_kernel, _grid(triton.cdiv(Lq, bm), B * Hq), args,
             dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, BLOCK_DV=bdv), warps, stages)
     return o, lse
 
@@ -868,25 +856,18 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     full = _full((q, k, v, o, do, dq, dk, dv), D, Dv, bd, bdv)
     first = dp_first(q.dtype, bd)
     o32 = off32(q, do, bm1, bd, bwd_long(q.dtype, D, Dv, bool(softcap), Lq))
-    one = fused(q.dtype, bd) and (warps1, stages1) == (warps2, stages2)
     L.note_variant("attention_bwd", dtype=str(q.dtype), BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
-                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap), DP_FIRST=first, OFF32=o32, FUSED=one)
-    n1 = triton.cdiv(Lk, bn1) * B * Hkv  # dk/dv programs
-    n2 = triton.cdiv(Lq, bm2) * B * Hq  # dq programs
-    args = (q, k, v, o, do, lse, dl, delta, dq, dk, dv, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            *do.stride(), *dq.stride(), *dk.stride(), *dv.stride(), Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr,
-            n1, n2, *_factors(q.dtype, scale, softcap))
-    const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_M1=bm1, BLOCK_N1=bn1, BLOCK_M2=bm2, BLOCK_N2=bn2,
-                 BLOCK_D=bd, BLOCK_DV=bdv)
-    # the constexprs a launch's programs do not read are fixed, so they multiply no compiled variants
-    dq_only = dict(const, HAS_DLSE=has_dlse, DP_FIRST=False, OFF32=False)
-    dkdv = dict(const, HAS_DLSE=False, DP_FIRST=first, OFF32=o32)
-    # the dq programs first (PARTS 2, or 0 for delta alone): they store the delta the dk/dv programs read
-    _launch(_attn_bwd_kernel, _grid(n2), args, dict(dq_only, PARTS=0 if one else 2), warps2, stages2)
-    if one:
-        _launch(_attn_bwd_kernel, _grid(n1 + n2), args, dict(dkdv, PARTS=3), warps1, stages1)
-    else:
-        _launch(_attn_bwd_kernel, _grid(n1), args, dict(dkdv, PARTS=1), warps1, stages1)
+                   BLOCK_D=bd, BLOCK_DV=bdv, FULL=full, SOFTCAP=bool(softcap), DP_FIRST=first, OFF32=o32)
+    common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
+    ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
+    const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
+    # dq first: it writes the delta the dk/dv kernel reads
+    _launch(_attn_bwd_dq_kernel, _grid(triton.cdiv(Lq, bm2), B * Hq),
+            (q, k, v, do, lse, delta, dq, o, dl, *common, *dq.stride(), *o.stride(), *ints),
+            dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
+    _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
+            (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
+            dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=first, OFF32=o32), warps1, stages1)
     return dq, dk, dv
 
 

@@ -151,10 +151,6 @@ ATTN_BWD_16_SOFTCAP = {128: (32, 128, 8, 3, 128, 64, 8, 3)}
 # 2.35-2.41 without (causal 1.49 against 1.38), so the other launches keep pointer tiles; D 64
 # with OFF32: 32 x 128 2.47 against 2.40, 64 x 128 3.03
 ATTN_BWD_OFF32 = frozenset({128})
-# the 16-bit head-dimension blocks whose backward runs its dk/dv and dq programs in one launch
-# (kernels/_attention.py, PARTS 3: a launch for delta, then one grid of both kinds) rather than the
-# dq programs' launch, then the dk/dv programs': one wave tail instead of two
-ATTN_BWD_FUSED = frozenset({64, 128})
 ATTN_BWD_32 = {64: (16, 64, 4, 2, 64, 16, 4, 2), 128: (16, 64, 4, 1, 64, 16, 4, 1), 256: (16, 32, 4, 1, 32, 16, 4, 1)}
 ATTN_BWD_64 = {64: (16, 32, 4, 1, 32, 16, 4, 1), 128: (16, 32, 4, 1, 32, 16, 4, 1), 256: (16, 16, 4, 1, 16, 16, 4, 1)}
 # under the interpreter: small, unequal tiles, so CPU runs reach multi-block rows, partial blocks
@@ -196,8 +192,6 @@ OVERRIDES = {
                                  "that issue dP^T's matmul before the exponentials, every dtype",
     "ATTN_KERNELS_BWD_OFF32": "attention dk/dv kernel: the head-dimension blocks (e.g. 64,128; empty: none) whose "
                               "query loops carry int32 offsets where a head's offsets fit, every dtype and launch",
-    "ATTN_KERNELS_BWD_FUSED": "attention backward: the head-dimension blocks (e.g. 64,128; empty: none) whose dk/dv "
-                              "and dq programs share one launch, every dtype",
     "LCE_KERNELS_CHUNK_ROWS": "linear_cross_entropy: rows per chunk",
 }
 # read once, when the package is imported (an A/B switch of the launch path, not a launch shape)

@@ -237,47 +237,6 @@ def test_long_attention_launch_matches_the_oracle(target, monkeypatch):
         law.check(case, own)
 
 
-def test_one_backward_launch_and_two_agree(target, monkeypatch):
-    """The attention backward runs its dk/dv and dq programs in one launch (kernels/_attention.py,
-    fused: ATTN_BWD_FUSED's head dimensions) or in two; the suite's laws see only the way each case
-    takes. Each way passes the oracle law on cases with partial blocks, causal and windowed masks,
-    grouped heads (fewer dk/dv programs than dq programs, and more), and float32; in the interpreter
-    the two agree bitwise, through autograd with a gradient of lse too (the same programs run one
-    after another; compiled, they are two kernels)."""
-    from softmax_properties.kernels import _attention as AT
-    from softmax_properties.kernels import _launch
-    from ..families.attention.case import AttnCase
-    law = next(inv for inv in REGISTRY if inv.name == "attention_matches_oracle")
-    own = Target(OWN_KERNELS)
-    own.device, own.record = target.device, False
-    shapes = ((torch.bfloat16, 2, 1, 70, 33, 32, True, None), (torch.float16, 4, 2, 17, 130, 64, False, (5, 3)),
-              (torch.float32, 3, 3, 40, 9, 16, True, None), (torch.bfloat16, 8, 1, 5, 300, 128, False, None))
-    cases = [AttnCase(op="attention_backward", dtype=dt, B=2, Hq=Hq, Hkv=Hkv, Lq=Lq, Lk=Lk, D=D, Dv=D,
-                      seed=Lq + Lk, causal=causal, window=window)
-             for dt, Hq, Hkv, Lq, Lk, D, causal, window in shapes]
-    got = []
-    try:
-        for setting in ("16,32,64,128,256", ""):
-            monkeypatch.setenv("ATTN_KERNELS_BWD_FUSED", setting)
-            _launch.reload_knobs()
-            got.append([])
-            for case in cases:
-                assert AT.fused(case.dtype, AT._head_block(case.D, case.Dv)) == bool(setting)
-                law.check(case, own)
-                if target.device != "cpu":
-                    continue
-                q, k, v, o, lse, do = case.tensors()
-                got[-1].append(AT.attention_backward(q, k, v, o, lse, do, **case.kwargs()))
-                q, k, v = (t.requires_grad_() for t in (q, k, v))
-                o, lse = AT.attention(q, k, v, **case.kwargs())
-                got[-1].append(torch.autograd.grad((o, lse), (q, k, v), (do, torch.cos(lse.detach()))))
-    finally:
-        monkeypatch.undo()
-        _launch.reload_knobs()
-    for one, two in zip(*got):
-        assert all(torch.equal(a, b) for a, b in zip(one, two))
-
-
 # ----------------------------------------------------------------------------------------------
 # every invariant catches at least one mutant, on its own
 # ----------------------------------------------------------------------------------------------
