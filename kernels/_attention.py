@@ -640,6 +640,12 @@ def _head_block(D: int, Dv: int) -> int:
     return max(_padded(D), _padded(Dv))
 
 
+def _table_block(D: int, Dv: int) -> int:
+    """The head-dimension block the launch tables (kernels/tuning.py) are keyed by: _head_block's,
+    at least 64 (smaller heads take the 64 row)."""
+    return max(_head_block(D, Dv), 64)
+
+
 def _launch_shape(name: str, n: int):
     """The override `name` (ATTN_KERNELS_FWD / _BWD) as n positive integers, or None where unset."""
     env = L.knob(name)
@@ -662,7 +668,7 @@ def fwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
         return env
     if L.interpreting():
         return T.ATTN_FWD_INTERPRETER
-    bd = max(_padded(D), _padded(Dv), 64)
+    bd = _table_block(D, Dv)
     return _table(dtype, True)[bd]
 
 
@@ -676,7 +682,7 @@ def bwd_config(dtype: torch.dtype, D: int, Dv: int, softcap: bool = False, Lq: i
         return env
     if L.interpreting():
         return T.ATTN_BWD_INTERPRETER
-    bd = max(_padded(D), _padded(Dv), 64)
+    bd = _table_block(D, Dv)
     if softcap and dtype in (torch.bfloat16, torch.float16) and bd in T.ATTN_BWD_16_SOFTCAP:
         return T.ATTN_BWD_16_SOFTCAP[bd]
     if bwd_long(dtype, D, Dv, softcap, Lq):
@@ -689,7 +695,7 @@ def bwd_long(dtype: torch.dtype, D: int, Dv: int, softcap: bool, Lq: int) -> boo
     16-bit, no softcap, at least ATTN_BWD_LONG_FROM queries, a head-dimension block listed there,
     and no ATTN_KERNELS_BWD override (nor the interpreter's launch)."""
     return (dtype in (torch.bfloat16, torch.float16) and not softcap and Lq >= T.ATTN_BWD_LONG_FROM
-            and max(_padded(D), _padded(Dv), 64) in T.ATTN_BWD_16_LONG and not L.interpreting()
+            and _table_block(D, Dv) in T.ATTN_BWD_16_LONG and not L.interpreting()
             and not L.knob("ATTN_KERNELS_BWD"))
 
 
