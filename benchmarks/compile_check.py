@@ -89,11 +89,11 @@ def check_attention():
         long = AT.bwd_long(_TORCH[dt], bd, bd, softcap, AT.T.ATTN_BWD_LONG_FROM)
         for Lq in (0, AT.T.ATTN_BWD_LONG_FROM) if long else (0,):
             bm1, bn1, w1, s1, bm2, bn2, w2, s2 = AT.bwd_config(_TORCH[dt], bd, bd, softcap, Lq)
-            s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSE": f"*{lse}", "DELTA": f"*{lse}",
+            s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSEB": f"*{lse}", "DELTA": f"*{lse}",
                  "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
-                 **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}}
+                 **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}, "Lqp": "i32"}
             sq = {n: t for n, t in s.items() if n not in ("GB", "sub", "suh", "sun", "sud")}
-            sq.update(O=f"*{dt}", DLSE=f"*{lse}", **{n: "i32" for n in AT._DQ_INTS})
+            sq.update(O=f"*{dt}", DLSE=f"*{lse}", LSE=f"*{lse}", **{n: "i32" for n in AT._DQ_INTS})
             for kern, sig, bm, bn, warps, stages in ((AT._attn_bwd_dkdv_kernel, s, bm1, bn1, w1, s1),
                                                      (AT._attn_bwd_dq_kernel, sq, bm2, bn2, w2, s2)):
                 c = dict(flags, BLOCK_M=bm, BLOCK_N=bn)

@@ -23,9 +23,10 @@ flash kernel does); float32 dots run with input_precision="ieee"; float64 dots i
 
 Backward (the standard design, no atomics, so results are deterministic): one kernel for dq (a
 program holds BLOCK_M2 queries and streams the key blocks), which first forms its rows'
-delta_i = rowsum(o_i * do_i) - dlse_i (float32; float64 for float64) and stores it, then one for
-dk and dv (a program holds BLOCK_N1 keys of one key/value head and streams the query blocks of
-every query head of its group), each recomputing P = exp(s - lse) from the forward's lse. A
+delta_i = rowsum(o_i * do_i) - dlse_i (float32; float64 for float64) and stores it with the
+rows' lse (its -inf made +inf, so exp(s - lse) = 0; its +inf NaN), then one for dk and dv (a
+program holds BLOCK_N1 keys of one key/value head and streams the query blocks of every query
+head of its group), each recomputing P = exp(s - lse) from the forward's lse. A
 gradient of lse (autograd, when lse is used) enters as dS = P (dP - delta + dlse).
 
 Keys a query cannot see never enter its row's arithmetic as scores (masked to -inf, so NaN in an
@@ -56,10 +57,10 @@ _FWD_PTRS = ["Q", "K", "V", "O", "LSE"]
 _BWD_INTS = ["sqb", "sqh", "sqm", "sqd", "skb", "skh", "skn", "skd", "svb", "svh", "svn", "svd",
              "sdb", "sdh", "sdm", "sdd", "sgb", "sgh", "sgn", "sgd", "sub", "suh", "sun", "sud",
              "Hq", "Hkv", "G", "Lq", "Lk", "D", "Dv", "off", "wl", "wr"]
-_BWD_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "GB"]
+_BWD_PTRS = ["Q", "K", "V", "DO", "LSEB", "DELTA", "GA", "GB"]
 # the dq kernel: o (in the dk/dv kernel's GB slot, with its strides) and dlse for delta, no dv
 _DQ_INTS = [{"sub": "sob", "suh": "soh", "sun": "som", "sud": "sod"}.get(n, n) for n in _BWD_INTS]
-_DQ_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "GA", "O", "DLSE"]
+_DQ_PTRS = ["Q", "K", "V", "DO", "LSE", "DELTA", "LSEB", "GA", "O", "DLSE"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -326,23 +327,26 @@ def _row_lse(LSE_h, rows, Lq):
 
 
 @triton.jit
-def _row_stats(LSE_h, DELTA_h, rows, Lq):
-    """The rows' lse (_row_lse) and delta (written by the dq kernel)."""
-    return _row_lse(LSE_h, rows, Lq), tl.load(DELTA_h + rows, mask=rows < Lq, other=0.0)
+def _row_stats(LSEB_h, DELTA_h, rows, Lq):
+    """The rows' lse (as _row_lse gives it) and delta, both written by the dq kernel, where rows
+    past Lq may occur (the dk/dv kernel's edge blocks)."""
+    return tl.load(LSEB_h + rows, mask=rows < Lq, other=0.0), tl.load(DELTA_h + rows, mask=rows < Lq, other=0.0)
 
 
 @triton.jit(do_not_specialize=_BWD_INTS, do_not_specialize_on_alignment=_BWD_INTS + _BWD_PTRS)
 def _attn_bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, GA, GB,
+    Q, K, V, DO, LSEB, DELTA, GA, GB,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sub, suh, sun, sud,
     Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
-    sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
+    sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2, Lqp,
     F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     DP_FIRST: tl.constexpr, OFF32: tl.constexpr,
 ):
-    """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads.
+    """dk (GA) and dv (GB) of BLOCK_N keys of one key/value head, summed over its query heads;
+    LSEB and DELTA: the rows' lse (as _row_lse gives it) and delta from the dq kernel, a head's
+    rows Lqp apart.
     OFF32: the query loops carry int32 offset tiles from the head's base instead of 64-bit pointer
     tiles, half the registers (off32: where q's and do's offsets within a head fit in int32)."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
@@ -384,8 +388,8 @@ def _attn_bwd_dkdv_kernel(
         h = hk * G + g
         Q_h = Q + b * sqb + h * sqh
         DO_h = DO + b * sdb + h * sdh
-        LSE_h = LSE + (b * Hq + h) * Lq
-        DELTA_h = DELTA + (b * Hq + h) * Lq
+        LSEB_h = LSEB + (b * Hq + h) * Lqp
+        DELTA_h = DELTA + (b * Hq + h) * Lqp
         # the query blocks every pair of which is visible: no mask, no tail
         if OFF32:  # offsets from the head's base
             qp = (r1 + offs_m)[None, :] * sqm + offs_d[:, None] * sqd
@@ -405,7 +409,14 @@ def _attn_bwd_dkdv_kernel(
             else:
                 qT = tl.load(qph, mask=offs_d[:, None] < D, other=0.0)
                 do = tl.load(doph, mask=offs_dv[None, :] < Dv, other=0.0)
-            lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
+            # every row exists here, so no mask, and the rows start 16-byte aligned (LSEB's and
+            # DELTA's head rows are Lqp, a multiple of 16, apart; start_m a multiple of BLOCK_M), so
+            # the loads are vectors: with lse's infinities mapped once by the dq kernel, 273 SASS
+            # instructions a step against 363 masked and mapped here (32 x 128, bf16, D 128)
+            lp = tl.max_contiguous(tl.multiple_of(LSEB_h + rows, 16), BLOCK_M)
+            dp = tl.max_contiguous(tl.multiple_of(DELTA_h + rows, 16), BLOCK_M)
+            lse = tl.load(lp)
+            delta = tl.load(dp)
             dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
                                 F64, SOFTCAP, False, DP_FIRST)
             qp += tl.cast(sqm, IT) * BLOCK_M
@@ -429,7 +440,7 @@ def _attn_bwd_dkdv_kernel(
                 dmask = dmask & (offs_dv[None, :] < Dv)
             qT = tl.load(qph, mask=qmask, other=0.0)
             do = tl.load(doph, mask=dmask, other=0.0)
-            lse, delta = _row_stats(LSE_h, DELTA_h, rows, Lq)
+            lse, delta = _row_stats(LSEB_h, DELTA_h, rows, Lq)
             dk, dv = _dkdv_step(dk, dv, k, v, qT, do, lse, delta, rows, cols, sc, cm, Lq, Lk, off, wl, wr,
                                 F64, SOFTCAP, True, DP_FIRST)
     dk = dk * gs
@@ -444,16 +455,18 @@ def _attn_bwd_dkdv_kernel(
 
 @triton.jit(do_not_specialize=_DQ_INTS, do_not_specialize_on_alignment=_DQ_INTS + _DQ_PTRS)
 def _attn_bwd_dq_kernel(
-    Q, K, V, DO, LSE, DELTA, GA, O, DLSE,
+    Q, K, V, DO, LSE, DELTA, LSEB, GA, O, DLSE,
     sqb, sqh, sqm, sqd, skb, skh, skn, skd, svb, svh, svn, svd,
     sdb, sdh, sdm, sdd, sgb, sgh, sgn, sgd, sob, soh, som, sod,
     Hq, Hkv, G, Lq, Lk, D, Dv, off, wl, wr,
-    sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2,
+    sc0, sc1, sc2, cm0, cm1, cm2, gs0, gs1, gs2, Lqp,
     F64: tl.constexpr, SOFTCAP: tl.constexpr, FULL: tl.constexpr, HAS_DLSE: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
 ):
     """dq (GA) of BLOCK_M queries of one head, and first their delta = rowsum(o do) - dlse
-    (DELTA, for the dk/dv kernel launched after this one)."""
+    (DELTA) and lse as _row_lse gives it (LSEB), a head's rows Lqp apart, for the dk/dv kernel
+    launched after this one: it loads them once per query block of every key block, so the
+    mapping of lse's infinities is done here, once per row."""
     CT: tl.constexpr = tl.float64 if F64 else tl.float32
     n_mb = tl.cdiv(Lq, BLOCK_M)
     pid = tl.program_id(0)
@@ -493,8 +506,10 @@ def _attn_bwd_dq_kernel(
     rrow = bh.to(tl.int64) * Lq + rows
     if HAS_DLSE:
         delta -= tl.load(DLSE + rrow, mask=rows < Lq, other=0.0).to(CT)
-    tl.store(DELTA + rrow, delta, mask=rows < Lq)
+    prow = bh.to(tl.int64) * Lqp + rows
+    tl.store(DELTA + prow, delta, mask=rows < Lq)
     lse = _row_lse(LSE + bh.to(tl.int64) * Lq, rows, Lq)
+    tl.store(LSEB + prow, lse, mask=rows < Lq)
     dq = tl.zeros([BLOCK_M, BLOCK_D], CT)
     lo, r1, r2, hi = _ranges(m0, BLOCK_M, Lq, Lk, off - wl, off + wr, BLOCK_N)
     K_h = K + b * skb + hk * skh
@@ -853,7 +868,8 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     F64 = q.dtype == torch.float64
     CT = _lse_dtype(q.dtype)
     lse = lse.contiguous()
-    delta = torch.empty((B, Hq, Lq), dtype=CT, device=q.device)
+    lqp = triton.cdiv(Lq, 16) * 16  # padded rows: the dk/dv kernel's 16-byte vector loads
+    delta, lseb = torch.empty((2, B, Hq, lqp), dtype=CT, device=q.device)
     has_dlse = dlse is not None
     dl = dlse.to(CT).contiguous() if has_dlse else delta
     bm1, bn1, warps1, stages1, bm2, bn2, warps2, stages2 = bwd_config(q.dtype, D, Dv, bool(softcap), Lq)
@@ -867,12 +883,12 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     common = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     ints = (Hq, Hkv, Hq // Hkv, Lq, Lk, D, Dv, off, wl, wr, *_factors(q.dtype, scale, softcap))
     const = dict(F64=F64, SOFTCAP=bool(softcap), FULL=full, BLOCK_D=bd, BLOCK_DV=bdv)
-    # dq first: it writes the delta the dk/dv kernel reads
+    # dq first: it writes the delta and lse the dk/dv kernel reads
     _launch(_attn_bwd_dq_kernel, _grid(triton.cdiv(Lq, bm2), B * Hq),
-            (q, k, v, do, lse, delta, dq, o, dl, *common, *dq.stride(), *o.stride(), *ints),
+            (q, k, v, do, lse, delta, lseb, dq, o, dl, *common, *dq.stride(), *o.stride(), *ints, lqp),
             dict(const, HAS_DLSE=has_dlse, BLOCK_M=bm2, BLOCK_N=bn2), warps2, stages2)
     _launch(_attn_bwd_dkdv_kernel, _grid(triton.cdiv(Lk, bn1), B * Hkv),
-            (q, k, v, do, lse, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints),
+            (q, k, v, do, lseb, delta, dk, dv, *common, *dk.stride(), *dv.stride(), *ints, lqp),
             dict(const, BLOCK_M=bm1, BLOCK_N=bn1, DP_FIRST=first, OFF32=o32), warps1, stages1)
     return dq, dk, dv
 

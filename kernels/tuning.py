@@ -125,11 +125,12 @@ ATTN_BWD_16 = {64: (32, 128, 4, 3, 128, 64, 4, 3), 128: (32, 128, 8, 3, 128, 64,
 # 16-bit backward over at least ATTN_BWD_LONG_FROM queries, where its launch differs from
 # ATTN_BWD_16's: at D 128 the dk/dv kernel takes 64-query steps with OFF32 (below), whose longer
 # step pays off once a program's loop has enough of them. Its own time against 32 x 128 (one H100,
-# bf16, full / causal; docs/results.md): L 1024 0.72 / 0.53 ms against 0.69 / 0.50; 2048 1.25 /
-# 0.80 against 1.24 / 0.79; 4096 2.28 / 1.34 against 2.35-2.41 / 1.38; 8192 4.42 / 2.48 against
-# 4.74 / 2.57. Not with softcap (ATTN_BWD_16_SOFTCAP keeps its launch at every length). Keyed on Lq
-# alone: grouped heads (a program loops over G Lq queries) and windows (fewer steps) not timed.
-ATTN_BWD_LONG_FROM = 4096
+# bf16, full / causal, ms; docs/results.md): L 512 0.409 / 0.339 against 0.408 / 0.321; 1024
+# 0.642-0.647 / 0.465-0.468 against 0.685-0.686 / 0.462-0.463; 2048 1.126-1.128 / 0.730-0.744
+# against 1.229-1.246 / 0.775-0.776. Not with softcap (ATTN_BWD_16_SOFTCAP keeps its launch at
+# every length). Keyed on Lq alone: grouped heads (a program loops over G Lq queries) and windows
+# (fewer steps) not timed.
+ATTN_BWD_LONG_FROM = 1024
 ATTN_BWD_16_LONG = {128: (64, 128, 8, 3, 128, 64, 8, 3)}
 # the 16-bit head-dimension blocks whose dk/dv kernel issues dP^T = V dO^T right after S^T = K Q^T,
 # before the exponentials (DP_FIRST): the tensor cores then work on dP^T while the exponentials
