@@ -2,10 +2,12 @@
 installed triton, and report any compile error. Catches what the CPU interpreter accepts but the
 compiler refuses (e.g. non-constexpr globals) before a GPU run.
 
-    python benchmarks/compile_check.py [--attention] [--regs]
+    python benchmarks/compile_check.py [--attention] [--regs] [--loops]
         --attention: the attention kernels only
         --regs: with each attention kernel, its registers and spill bytes (ptxas -v on its PTX);
                 ATTN_KERNELS_FWD / ATTN_KERNELS_BWD (kernels/tuning.py) set the launch shapes
+        --loops: with each attention kernel, the SASS instructions of each of its loops
+                 (benchmarks/sass_loops.py; the main loops' counts are what a step issues)
 """
 
 import os
@@ -20,6 +22,15 @@ tgt = GPUTarget("cuda", 90, 32)
 _LSE = {"bf16": "fp32", "fp16": "fp32", "fp32": "fp32", "fp64": "fp64"}
 ATTENTION_ONLY = "--attention" in sys.argv[1:]
 REGS = "--regs" in sys.argv[1:]
+LOOPS = "--loops" in sys.argv[1:]
+
+
+def loops_report(kernel) -> str:
+    """' (loops: N, N, ... SASS instructions)' of the compiled kernel, or '' without --loops."""
+    if not LOOPS:
+        return ""
+    from sass_loops import loops  # beside this script, which runs as one (its folder on the path)
+    return f" (loops: {', '.join(str(lp.size) for lp in loops(kernel.asm['cubin']))} SASS instructions)"
 
 
 def ptxas_report(kernel) -> str:
@@ -54,7 +65,8 @@ def ptxas_report(kernel) -> str:
 # attention (kernels/_attention.py): forward, the backward's dq (with delta) and dk/dv kernels, every
 # dtype at its GPU block shapes (kernels/tuning.py) for head dimensions 64, 128 and 256, full
 # blocks with 16-byte vectors (FULL) or not, with and without softcap (the window is a runtime
-# argument)
+# argument); with the launcher's compile options (kernels/_launch.py, DEFAULT_OPTIONS: FP fusion
+# on, which Triton 3.10 turns off by default)
 def check_attention():
     import time
     import torch
@@ -80,9 +92,10 @@ def check_attention():
         try:
             t0 = time.perf_counter()
             compiled = triton.compile(ASTSource(AT._attn_fwd_kernel, dict(s, **{k: "constexpr" for k in c}), c),
-                                      target=tgt, options={"num_warps": warps, "num_stages": stages})
+                                      target=tgt,
+                                      options=dict(AT.L.DEFAULT_OPTIONS, num_warps=warps, num_stages=stages))
             print(f"attention fwd ok {dt} D={bd} FULL={full} SOFTCAP={softcap} ({time.perf_counter() - t0:.1f} s)"
-                  + ptxas_report(compiled))
+                  + ptxas_report(compiled) + loops_report(compiled))
         except Exception as e:
             print("attention fwd FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
         # the backward's launch at short sequences, and its long-sequence launch where it has one
@@ -106,9 +119,11 @@ def check_attention():
                 try:
                     t0 = time.perf_counter()
                     compiled = triton.compile(ASTSource(kern, dict(sig, **{k: "constexpr" for k in c}), c),
-                                              target=tgt, options={"num_warps": warps, "num_stages": stages})
+                                              target=tgt,
+                                              options=dict(AT.L.DEFAULT_OPTIONS, num_warps=warps, num_stages=stages))
                     print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap}"
-                          f"{' long' if Lq else ''} ({time.perf_counter() - t0:.1f} s){ptxas_report(compiled)}")
+                          f"{' long' if Lq else ''} ({time.perf_counter() - t0:.1f} s)"
+                          + ptxas_report(compiled) + loops_report(compiled))
                 except Exception as e:
                     print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
 
