@@ -29,8 +29,8 @@ def loops_report(kernel) -> str:
     """' (loops: N, N, ... SASS instructions)' of the compiled kernel, or '' without --loops."""
     if not LOOPS:
         return ""
-    from sass_loops import loops  # beside this script, which runs as one (its folder on the path)
-    return f" (loops: {', '.join(str(lp.size) for lp in loops(kernel.asm['cubin']))} SASS instructions)"
+    from sass_loops import disassemble, loops  # beside this script, which runs as one (its folder on the path)
+    return f" (loops: {', '.join(str(lp.size) for lp in loops(disassemble(kernel.asm['cubin'])))} SASS instructions)"
 
 
 def ptxas_report(kernel) -> str:

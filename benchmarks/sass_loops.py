@@ -46,14 +46,18 @@ def _opcode(instr: str) -> str:
     return re.sub(r"^@!?U?P\w+\s+", "", instr).split()[0]
 
 
-def loops(cubin, total: list | None = None) -> list:
-    """The Loops of a cubin (bytes, or a path to one), in address order; total, if given, gets
-    the kernel's instruction count appended."""
+class Sass(NamedTuple):
+    instrs: list  # (byte offset, instruction text), in address order
+    labels: dict  # branch label -> byte offset of the instruction it names
+
+
+def disassemble(cubin) -> Sass:
+    """The SASS of a cubin (bytes, or a path to one)."""
     if isinstance(cubin, (bytes, bytearray)):
         with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
             f.write(cubin)
         try:
-            return loops(f.name, total)
+            return disassemble(f.name)
         finally:
             os.unlink(f.name)
     text = subprocess.run([nvdisasm(), "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
@@ -69,14 +73,18 @@ def loops(cubin, total: list | None = None) -> list:
             labels.update((name, addr) for name in pending)
             pending = []
             instrs.append((addr, m.group(2)))
-    if total is not None:
-        total.append(len(instrs))
+    return Sass(instrs, labels)
+
+
+def loops(sass: Sass) -> list:
+    """The Loops of a kernel's SASS, in address order."""
     found = []
-    for addr, instr in instrs:
+    for addr, instr in sass.instrs:
         m = _BRANCH.search(instr)
-        if m and labels.get(m.group(1), addr) < addr:
-            start = labels[m.group(1)]
-            found.append(Loop(start, addr, collections.Counter(_opcode(i) for a, i in instrs if start <= a <= addr)))
+        if m and sass.labels.get(m.group(1), addr) < addr:
+            start = sass.labels[m.group(1)]
+            body = (_opcode(i) for a, i in sass.instrs if start <= a <= addr)
+            found.append(Loop(start, addr, collections.Counter(body)))
     return sorted(found)
 
 
@@ -90,11 +98,12 @@ def main():
     for path in args.cubins:
         if not os.path.isfile(path):
             raise SystemExit(f"cubins: no file {path!r}")
-        total = []
-        found = loops(path, total)
+        sass = disassemble(path)
+        found = loops(sass)
         outer = [lp for lp in found if not any(o.start <= lp.start and lp.end <= o.end and o != lp for o in found)]
         # outside every loop: what a program runs once (both sides of its branches counted)
-        print(f"{path}: {total[0]} instructions, {total[0] - sum(lp.size for lp in outer)} outside its loops")
+        total = len(sass.instrs)
+        print(f"{path}: {total} instructions, {total - sum(lp.size for lp in outer)} outside its loops")
         for lp in found:
             top = ", ".join(f"{op} {n}" for op, n in lp.opcodes.most_common(args.top))
             print(f"  loop {lp.start:#x}-{lp.end:#x}: {lp.size} instructions; {top}")
