@@ -162,15 +162,17 @@ def assert_bitwise(case, target, a, b, what, call=None, out_name="out"):
              out_name=out_name)
 
 
-def repeats_agree(case, target, got, want, args, what, call=None, truth=None, hint=True):
+def repeats_agree(case, target, got, want, args, what, call=None, truth=None, hint=True,
+                  names=("the first result", "the second result")):
     """Two results of the op on the same values (a repeat call, the same call on a side stream;
     outputs in the op's order): bitwise equal (-0.0 == 0.0, NaN alike), or, for an op the target
     declares NONDETERMINISTIC (ops.py), each within its own oracle bound of the truth (so within
     the sum of the two of each other), NaN patterns and infinities exactly, on the elements the
-    tier judges: a result that lost an update fails whichever of the two it is. An undeclared op
-    whose results differ only within those bounds gets a report saying so and how to declare it
-    (hint=False: not, where the two calls' inputs differ and so may their paths). truth: the
-    case's spec.truth at args (formed here, once a difference shows)."""
+    tier judges: a result that lost an update fails whichever of the two it is (names: what the
+    report calls want and got). An undeclared op whose results differ only within those bounds
+    gets a report saying so and how to declare it (hint=False: not, where the two calls' inputs
+    differ and so may their paths). truth: the case's spec.truth at args (formed here, once a
+    difference shows)."""
     got, want = outputs(got), outputs(want)
     if len(got) != len(want):
         fail(case, target, f"{what}: {len(got)} outputs against {len(want)}", call=call, kind=WrongOutput)
@@ -188,7 +190,7 @@ def repeats_agree(case, target, got, want, args, what, call=None, truth=None, hi
             assert_bitwise(case, target, g, w, what, call, out_name=f"output {k + 1}")
             continue
         if declared:
-            for r, which in ((w, "the first result"), (g, "the second result")):
+            for r, which in zip((w, g), names):
                 assert_close(case, target, r, e.value, e.tol, f"{what}: {which} beyond its bound ({case.op} is "
                              "declared NONDETERMINISTIC)", call, only=e.only, dtype=e.dtype, out_name=e.name)
             continue

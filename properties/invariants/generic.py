@@ -126,7 +126,8 @@ def follows_current_stream(case, target):
     are written (the zeros they held); one that waits but does not make the caller wait has its
     outputs read before they are written. Cases whose two calls on the default stream differ are
     left to `deterministic`; for an op declared NONDETERMINISTIC the two streams' outputs are each
-    within its bound instead of bitwise equal. Tier default: every CUDA op of PyTorch runs on the
+    within its bound instead of bitwise equal, and the report names the one beyond it (the default
+    stream's: the op is wrong on any stream, which its oracle law reports too). Tier default: every CUDA op of PyTorch runs on the
     current stream (its CUDA semantics), Triton launches there, and a kernel that does not breaks
     every caller that overlaps work on streams (data loading, communication, graph capture on a
     side stream). On a CUDA device only; STREAM_EXAMPLES examples."""
@@ -155,7 +156,8 @@ def follows_current_stream(case, target):
         + ["    " + line for line in case.call_code().splitlines()]
         + ["    out = tuple(o.clone() for o in out) if isinstance(out, (tuple, list)) else out.clone()  # on the side stream"])
     repeats_agree(case, target, got, want, args, "the outputs on a side stream (inputs written on it just before the "
-                  "call) differ from the default stream's", call)
+                  "call) differ from the default stream's", call,
+                  names=("the default stream's result", "the side stream's result"))
 
 
 @invariant(every_op)

@@ -647,3 +647,36 @@ def test_follows_current_stream_machinery(op, monkeypatch):
                                                                    deadline=None, phases=[Phase.generate]))
     assert reports[-1].startswith("[follows_current_stream] (default tier)"), reports[-1]
     assert "with inputs_written_late((" in reports[-1], reports[-1]
+
+
+@pytest.mark.skipif(interpreter.device() == "cuda", reason="the no-op streams cannot answer the kernels' stream "
+                    "queries on a GPU (as test_follows_current_stream_machinery)")
+def test_follows_current_stream_names_the_result_beyond_its_bound(monkeypatch):
+    """For an op declared NONDETERMINISTIC, follows_current_stream holds each stream's result to
+    its bound, and its report says which one is beyond it: lost_atomic_add loses an update on
+    every other call (odd ones, counted from here), the first of which is the default stream's
+    reference call, so the report blames that one, not the side stream."""
+    import importlib
+    from ..case import PropertyFailure
+    from ..invariants import law
+    from ..ops import Target
+    from .. import mutants
+    _NoStreams(monkeypatch)
+    inv = law("follows_current_stream")
+    lost = importlib.import_module(f"{mutants.__name__}.lost_atomic_add")
+    monkeypatch.setattr(lost, "_CALLS", [0])  # each example calls twice: the default stream's call is odd
+    tg = Target(lost)
+    tg.device = DEV
+    reports = []
+
+    def fails(case) -> bool:
+        try:
+            inv.check(case, tg)
+        except PropertyFailure as e:
+            reports.append(str(e))
+            return True
+        return False
+
+    find(S.cases("softmax_backward", inv.families, 64), fails,
+         settings=settings(max_examples=50, derandomize=True, database=None, deadline=None, phases=[Phase.generate]))
+    assert "the default stream's result beyond its bound" in reports[-1], reports[-1]
