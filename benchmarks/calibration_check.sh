@@ -3,7 +3,8 @@
 # torch.compile (inductor's generated Triton), each with the gpu profile. Every failure is a
 # PyTorch bug (FINDINGS.md, properties/xfails/) or a defect of the suite to fix (docs/tiers.md).
 # Each run gets SIGINT at its time limit (pytest still prints its failures and summary), and the
-# next starts once no process holds the GPU (an interrupted run's xdist workers finish their test).
+# next starts once the last one's processes are gone and no process holds the GPU (an interrupted
+# run's xdist workers finish their test; gpu_idle.sh).
 # Under torch.compile, ce_out_of_range_target_raises (forward and backward) runs beside the rest,
 # on 2 of the workers, with its own example count: each of its examples ends in a device-side
 # assert, so the isolated worker restarts and compiles again, about 12 s an example on an H200
@@ -21,16 +22,11 @@ set -uo pipefail
 OUT=${OUT:-./calibration-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 source "$(dirname "$0")/install.sh"
-wait_gpu() {
-  for _ in $(seq 120); do
-    [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && return
-    sleep 1
-  done
-}
+source "$(dirname "$0")/gpu_idle.sh"
 RESTARTS=ce_out_of_range_target_raises  # the law whose every example restarts the worker (above)
 FLEX="attention and not merge"  # torch.compile's attention tests: FlexAttention (above)
 suite() {  # name examples limit workers k-expression target
-  timeout -s INT -k 60 "$3" python3 -m pytest -m properties -q -p no:randomly -p no:benchmark \
+  tagged timeout -s INT -k 60 "$3" python3 -m pytest -m properties -q -p no:randomly -p no:benchmark \
     --hypothesis-profile=gpu --properties-examples "$2" -n "$4" --target "$6" ${5:+-k "$5"} \
     --properties-log "$OUT/${1}_progress.log" --properties-failures "$OUT/failures_$1" \
     properties/test_properties.py > "$OUT/$1.log" 2>&1
@@ -41,7 +37,7 @@ report() {  # name rc start target
 }
 status=0
 for t in ${TARGETS:-torch torch_compile}; do
-  wait_gpu
+  wait_idle 120
   start=$(date +%s)
   if [ "$t" = torch ]; then
     suite eager "${EXAMPLES_EAGER:-100}" "${TIMEOUT_EAGER:-300}" "${WORKERS:-16}" "${PYTEST_K:-}" "$t"
@@ -54,7 +50,7 @@ for t in ${TARGETS:-torch torch_compile}; do
     # exit status 5: PYTEST_K left that part no test
     wait $main; rc=$?; [ $rc -ne 0 ] && [ $rc -ne 5 ] && status=$rc; report compile $rc "$start" "$t"
     wait $side; rc=$?; [ $rc -ne 0 ] && [ $rc -ne 5 ] && status=$rc; report compile_restarts $rc "$start" "$t"
-    wait_gpu
+    wait_idle 120
     start=$(date +%s)
     suite compile_attention "${EXAMPLES_FLEX:-15}" "${TIMEOUT_FLEX:-360}" "${WORKERS:-16}" \
       "$FLEX${PYTEST_K:+ and ($PYTEST_K)}" "$t"

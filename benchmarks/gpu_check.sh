@@ -10,11 +10,12 @@ OUT=${OUT:-./gpu-out}; mkdir -p "$OUT"
 PROFILE=${PROFILE:-gpu}
 export PYTHONUNBUFFERED=1
 source "$(dirname "$0")/install.sh"
+source "$(dirname "$0")/gpu_idle.sh"
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 start=$(date +%s)
 # SIGINT first, so pytest (and xdist) stop cleanly and still print failures and the summary
-timeout -s INT -k 30 ${SUITE_TIMEOUT:-900} python3 -m pytest -m properties --hypothesis-profile="$PROFILE" -q \
+tagged timeout -s INT -k 30 ${SUITE_TIMEOUT:-900} python3 -m pytest -m properties --hypothesis-profile="$PROFILE" -q \
   -p no:randomly -p no:benchmark --properties-log "$OUT/progress.log" ${PYTEST_K:+-k "$PYTEST_K"} ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/suite.log" | tail -n 150
 status=$?
 echo "suite wall time: $(( $(date +%s) - start )) s, exit status $status," \
@@ -23,13 +24,9 @@ find "$TRITON_CACHE_DIR" -name '*.cubin' -printf '%f\n' | sed 's/\.cubin$//' | s
 # each compiled kernel's metadata (its constexprs and signature), to see which launch choices
 # multiply the compilations
 find "$TRITON_CACHE_DIR" -name '*.json' ! -name '__grp__*' -print0 | tar czf "$OUT/compiled_kernels.tgz" --null -T - 2>/dev/null
-# before anything is timed (here or by a later command), wait up to 60 s until no process holds the
-# GPU: after a suite cut by SIGINT, pytest-xdist workers may still be running (a benchmark started
-# right after such a run read 0.62 where a clean run had read 0.79; the cause is not proven)
-for _ in $(seq 60); do
-  [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && break
-  sleep 1
-done
+# before anything is timed (here or by a later command), wait up to 60 s until the suite's processes
+# are gone and no process holds the GPU (gpu_idle.sh)
+wait_idle 60
 if [ "${SKIP_BENCH:-0}" != "1" ]; then
   # the peers (liger-kernel, fla-core) for --impls liger,fla: the wheels in .whl/ (copy it along), for
   # the benchmark only (installed for the suite, they would also run its adapter tests)
