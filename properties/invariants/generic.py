@@ -126,11 +126,12 @@ def follows_current_stream(case, target):
     are written (the zeros they held); one that waits but does not make the caller wait has its
     outputs read before they are written. Cases whose two calls on the default stream differ are
     left to `deterministic`; for an op declared NONDETERMINISTIC the two streams' outputs are each
-    within its bound instead of bitwise equal, and the report names the one beyond it (the default
-    stream's: the op is wrong on any stream, which its oracle law reports too). Tier default: every CUDA op of PyTorch runs on the
-    current stream (its CUDA semantics), Triton launches there, and a kernel that does not breaks
-    every caller that overlaps work on streams (data loading, communication, graph capture on a
-    side stream). On a CUDA device only; STREAM_EXAMPLES examples."""
+    within its bound instead of bitwise equal, and the report names the one beyond it (where that
+    is the default stream's, the op is wrong on any stream, which its oracle law reports too).
+    Tier default: every CUDA op of PyTorch runs on the current stream (its CUDA semantics), Triton
+    launches there, and a kernel that does not breaks every caller that overlaps work on streams
+    (data loading, communication, graph capture on a side stream). On a CUDA device only;
+    STREAM_EXAMPLES examples."""
     args = case.tensors(target.device)
     torch.cuda.synchronize(args[0].device if args else None)  # the inputs written before the reference
 

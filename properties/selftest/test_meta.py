@@ -608,7 +608,6 @@ def test_follows_current_stream_machinery(op, monkeypatch):
     project's kernels; with the inputs left unwritten during the call (as a kernel launched on
     another stream sees them) it fails, and its report's reproducer calls the op inside
     inputs_written_late."""
-    from ..case import PropertyFailure
     from ..invariants import generic, law
     _NoStreams(monkeypatch)
     inv, tg = law("follows_current_stream"), kernels_target()
@@ -633,6 +632,15 @@ def test_follows_current_stream_machinery(op, monkeypatch):
             return False
 
     monkeypatch.setattr(generic, "inputs_written_late", _Unwritten)
+    report = _first_failure(inv, tg, op)
+    assert report.startswith("[follows_current_stream] (default tier)"), report
+    assert "with inputs_written_late((" in report, report
+
+
+def _first_failure(inv, tg, op) -> str:
+    """The report of the first of up to 50 generated cases of op (derandomized) on which the
+    invariant inv fails for the target tg (hypothesis.errors.NoSuchExample if none does)."""
+    from ..case import PropertyFailure
     reports = []
 
     def fails(case) -> bool:
@@ -645,8 +653,7 @@ def test_follows_current_stream_machinery(op, monkeypatch):
 
     find(S.cases(op, inv.families, 64), fails, settings=settings(max_examples=50, derandomize=True, database=None,
                                                                    deadline=None, phases=[Phase.generate]))
-    assert reports[-1].startswith("[follows_current_stream] (default tier)"), reports[-1]
-    assert "with inputs_written_late((" in reports[-1], reports[-1]
+    return reports[-1]
 
 
 @pytest.mark.skipif(interpreter.device() == "cuda", reason="the no-op streams cannot answer the kernels' stream "
@@ -657,7 +664,6 @@ def test_follows_current_stream_names_the_result_beyond_its_bound(monkeypatch):
     every other call (odd ones, counted from here), the first of which is the default stream's
     reference call, so the report blames that one, not the side stream."""
     import importlib
-    from ..case import PropertyFailure
     from ..invariants import law
     from ..ops import Target
     from .. import mutants
@@ -667,16 +673,5 @@ def test_follows_current_stream_names_the_result_beyond_its_bound(monkeypatch):
     monkeypatch.setattr(lost, "_CALLS", [0])  # each example calls twice: the default stream's call is odd
     tg = Target(lost)
     tg.device = DEV
-    reports = []
-
-    def fails(case) -> bool:
-        try:
-            inv.check(case, tg)
-        except PropertyFailure as e:
-            reports.append(str(e))
-            return True
-        return False
-
-    find(S.cases("softmax_backward", inv.families, 64), fails,
-         settings=settings(max_examples=50, derandomize=True, database=None, deadline=None, phases=[Phase.generate]))
-    assert "the default stream's result beyond its bound" in reports[-1], reports[-1]
+    report = _first_failure(inv, tg, "softmax_backward")
+    assert "the default stream's result beyond its bound" in report, report
