@@ -43,10 +43,10 @@ def ptxas_report(kernel) -> str:
     import tempfile
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(kernel.asm["ptx"])
-    where = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    from sass_loops import triton_tool  # beside this script, which runs as one (its folder on the path)
     try:
         for exe in ("ptxas-blackwell", "ptxas"):
-            path = os.path.join(where, exe)
+            path = triton_tool(exe)
             if not os.path.exists(path):
                 continue
             r = subprocess.run([path, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True, text=True)

@@ -34,9 +34,15 @@ class Loop(NamedTuple):
         return sum(self.opcodes.values())
 
 
-def nvdisasm() -> str:
+def triton_tool(name: str) -> str:
+    """The path of the CUDA tool `name` (ptxas, nvdisasm, ...) that triton ships beside its compiler
+    (it may not exist)."""
     import triton
-    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def nvdisasm() -> str:
+    path = triton_tool("nvdisasm")
     if not os.path.exists(path):
         raise FileNotFoundError(f"no nvdisasm beside triton's ptxas ({path})")
     return path
