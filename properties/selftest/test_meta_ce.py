@@ -127,16 +127,28 @@ def _declaring(**attrs):
     return m
 
 
-def _zero_empty_mean_module(declared: bool):
+def _zero_empty_mean_module(declared: bool, options: bool = False):
     """The kernels' cross-entropy with a mean over no counted rows of 0 (liger-kernel's and
-    fla-core's fused kernels), declared CE_EMPTY_MEAN = 0.0 or not."""
+    fla-core's fused kernels), declared CE_EMPTY_MEAN = 0.0 or not; options: it also takes the
+    kernels' weight, z_loss, softcap and logit_scale."""
+    def zeroed(out, target, ignore_index, reduction):
+        if reduction == "mean" and not bool((target != ignore_index).any()):
+            return torch.nan_to_num(out, nan=0.0)  # 0, and differentiable as the output it replaces
+        return out
+
     def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
         out = kernels.cross_entropy(logits, target, ignore_index=ignore_index, reduction=reduction,
                                     label_smoothing=label_smoothing)
-        if reduction == "mean" and not bool((target != ignore_index).any()):
-            return torch.zeros_like(out)
-        return out
-    return _declaring(cross_entropy=cross_entropy, **({"CE_EMPTY_MEAN": 0.0} if declared else {}))
+        return zeroed(out, target, ignore_index, reduction)
+
+    def cross_entropy_options(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                              weight=None, z_loss=0.0, softcap=None, logit_scale=1.0):
+        out = kernels.cross_entropy(logits, target, ignore_index=ignore_index, reduction=reduction,
+                                    label_smoothing=label_smoothing, weight=weight, z_loss=z_loss, softcap=softcap,
+                                    logit_scale=logit_scale)
+        return zeroed(out, target, ignore_index, reduction)
+    return _declaring(cross_entropy=cross_entropy_options if options else cross_entropy,
+                      **({"CE_EMPTY_MEAN": 0.0} if declared else {}))
 
 
 def test_a_declared_zero_mean_of_no_counted_rows_is_judged_by_it():
@@ -173,6 +185,40 @@ def test_a_declared_zero_mean_of_no_counted_rows_is_judged_by_it():
         assert not CES.empty_mean_zero()
     finally:
         S.TARGET.module = saved
+
+
+def test_every_cross_entropy_law_judges_a_declared_zero_mean_by_it():
+    """CE_EMPTY_MEAN = 0.0 holds in every law, not only those whose truth is ce_truth's: each
+    cross_entropy law the declared module can run passes it on means over no counted rows, with
+    and without smoothing and the options (a law forming its own FP64 reference with torch's NaN
+    there fails a correct module that declares the convention)."""
+    from hypothesis.errors import UnsatisfiedAssumption
+    from ..applicability import skip_reason
+    from ..invariants import laws_for
+    from ..ops import Target
+    from ..spec import lookup
+    x = S.Logits(2, 3, "float32", ("normal", 0, 3.0), (), "moderate")
+    target = Target(_zero_empty_mean_module(True, options=True))
+    target.device = DEV
+    ran = set()
+    for inv in laws_for(lookup("cross_entropy")):
+        # the laws of any case and of the options' cases (a marker family's law, as
+        # ce_out_of_range_target_raises, builds on its own kind of case)
+        if skip_reason(inv, "cross_entropy", target) or any(not f.startswith(CE.CE_OPTIONS) for f in inv.families or ()):
+            continue
+        held = {f.partition(":")[2] for f in inv.families or ()} - {""}  # the options the law's cases hold on
+        for opts in ({}, dict(weight=(1.0, 2.0), z_loss=0.25), dict(softcap=5.0, logit_scale=0.5)):
+            if not held <= set(opts) or (inv.families and not opts):
+                continue
+            for eps in (0.0, 0.1):
+                case = CECase("cross_entropy", torch.float32, S.Input(x, (2,), S.Layout()), CE.Targets((-100, -100)),
+                              -100, "mean", eps, empty_mean_zero=True, **opts)
+                try:
+                    inv.check(case, target)
+                except UnsatisfiedAssumption:
+                    continue
+                ran.add(inv.name)
+    assert {"ce_matches_oracle", "ce_options_match_oracle", "ce_softcap_is_capped_logits"} <= ran, sorted(ran)
 
 
 def test_ce_devices_differ_and_cpu_outside_interpreter(monkeypatch):

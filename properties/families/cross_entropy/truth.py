@@ -38,11 +38,17 @@ def ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.
     over no counted rows is NaN (0 / 0), or exactly 0 where the target declares CE_EMPTY_MEAN = 0.0
     (case.empty_mean_zero; strategies.empty_mean_zero says why both are conventions)."""
     ref, tol = _ce_truth(case, args, reduction, label_smoothing, depth, strict)
-    red = case.reduction if reduction is None else reduction
-    if (case.empty_mean_zero and red == "mean" and not case.spec.is_vjp
-            and not bool((args[1] != case.ignore_index).any())):
+    if declared_empty_mean(case, args, reduction):
         ref, tol = torch.zeros_like(ref), torch.zeros_like(tol)
     return ref, tol
+
+
+def declared_empty_mean(case, args, reduction=None) -> bool:
+    """Whether the forward's truth is the declared 0 of a mean over no counted rows
+    (CE_EMPTY_MEAN = 0.0): a law that forms its own FP64 reference applies it too."""
+    red = case.reduction if reduction is None else reduction
+    return (case.empty_mean_zero and red == "mean" and not case.spec.is_vjp
+            and not bool((args[1] != case.ignore_index).any()))
 
 
 def _ce_truth(case, args, reduction=None, label_smoothing=None, depth=tolerances.depth_any, strict=False):
