@@ -221,6 +221,38 @@ def test_every_cross_entropy_law_judges_a_declared_zero_mean_by_it():
     assert {"ce_matches_oracle", "ce_options_match_oracle", "ce_softcap_is_capped_logits"} <= ran, sorted(ran)
 
 
+@pytest.mark.parametrize("law,case", [
+    # weight 0.25 (and 0): torch forms lse - x_t = 6.8e38 before the weight, inf (NaN) in float32
+    ("ce_options_match_oracle", CECase(
+        "cross_entropy", torch.float32, S.Input(S.Logits(1, 2, "float32", ("const", 3.4028234663852886e38),
+                                                         ((0, 0, 1, -3.4028234663852886e38),), "huge"), (), S.Layout()),
+        CE.Targets((0,)), -100, "none", 0.0, weight=(0.25,))),
+    ("ce_options_match_oracle", CECase(
+        "cross_entropy", torch.float32, S.Input(S.Logits(1, 2, "float32", ("const", 3.4028234663852886e38),
+                                                         ((0, 0, 1, -3.4028234663852886e38),), "huge"), (), S.Layout()),
+        CE.Targets((0,)), -100, "none", 0.0, weight=(0.0,))),
+    # torch sums the rows' unscaled smoothing terms (2 x 3.4e38) before it scales them by eps / V
+    ("ce_matches_oracle", CECase(
+        "cross_entropy", torch.bfloat16, S.Input(S.Logits(2, 2, "bfloat16", ("const", 0.0),
+                                                          ((0, 1, 2, -3.3895313892515355e38), (1, 1, 2, -3.3895313892515355e38)),
+                                                          "huge"), (2,), S.Layout()),
+        CE.Targets((0, 0)), -100, "mean", 0.1)),
+])
+def test_torchs_cross_entropy_passes_where_its_unweighted_terms_overflow(law, case):
+    """The default tier leaves to the strict tier the losses whose terms overflow the compute
+    precision in the order torch forms them (ce_default_mask, ce_options_mask): lse - x_t before
+    a weight below 1, and the smoothing sums reduced over the rows before eps / V. torch's
+    cross_entropy passes these cases (it gives inf or NaN where the exact loss is finite); the
+    project's kernels pass the strict tier on them."""
+    from ..invariants import law as find
+    from ..ops import Target
+    from ..targets import torch as torch_target
+    target = Target(torch_target)
+    target.device = DEV
+    find(law).check(case, target)
+    find(law + "_strict").check(case, kernels_target())
+
+
 def test_ce_devices_differ_and_cpu_outside_interpreter(monkeypatch):
     """Device checks run on the CPU too: a 'meta' target differs from CPU logits; and with the
     interpreter off, CPU logits are refused naming the argument."""

@@ -231,7 +231,9 @@ def ce_default_mask(case, args, out_shape):
       (1 + (V + 1) u) (V |lse| + sum |x_j|) <= finfo.max (the sum over the classes before its
       scale eps / V, with the roundings of its terms and of the sum in any order; u the compute
       precision's unit roundoff); and the first terms summed over the rows that are not ignored
-      are in range too.
+      are in range too, and so are the smoothing sums (torch reduces the rows' sums before it
+      scales them by eps / V: two bf16 rows [0, -3.39e38], eps = 0.1, mean: torch gives inf,
+      the exact loss is 1.69e37).
     * a label_smoothing below float32's smallest normal with 16/32-bit logits: a float32 kernel
       holds it as 0, and 0 * inf is NaN where the exact loss is +inf.
     * (in the bound, not here) the gradient formed from the forward's log-probabilities rounded
@@ -254,13 +256,16 @@ def ce_default_mask(case, args, out_shape):
     xt = torch.gather(fx, -1, tc[..., None])[..., 0]
     need = torch.where(ign, 0.0, lse + xt + case.label_smoothing * (lse + (fx / x.shape[-1]).sum(-1)))
     rows_in_range = 2 * need <= big
+    smooth = torch.zeros_like(need)
     if case.label_smoothing > 0:  # torch's smoothing term: the sum over the classes of |x_j - lse|, then eps / V
         # the V terms' and their sum's roundings, any order
         grow = 1 + (x.shape[-1] + 1) * tolerances.TABLE[case.dtype].u_c
-        rows_in_range &= ign | (grow * (x.shape[-1] * lse + fx.sum(-1)) <= big)
+        smooth = torch.where(ign, 0.0, grow * (x.shape[-1] * lse + fx.sum(-1)))
+        rows_in_range &= smooth <= big
     if case.reduction == "none":  # each row's loss on its own
         return None if bool(rows_in_range.all()) else rows_in_range.reshape(out_shape)
-    in_range = bool(rows_in_range.all()) and bool(2 * need.sum() <= big)
+    # and torch reduces the rows' smoothing terms before the factor eps / V: their sum in range too
+    in_range = bool(rows_in_range.all()) and bool(2 * need.sum() <= big) and bool(smooth.sum() <= big)
     return None if in_range else torch.zeros(out_shape, dtype=torch.bool, device=x.device)
 
 
@@ -287,8 +292,11 @@ def ce_options_mask(case, args, out_shape):
     """ce_default_mask for a case with options, at the transformed logits y = transform(x): the
     ignored rows of non-finite logits (backward), and the losses whose terms overflow the compute
     precision, the row's weights and its z term included (in range: every counted row has
-    2 (W (|lse| + |y_t| + eps (|lse| + mean |y_j|)) + z lse^2) <= finfo.max, W its largest weight,
-    and the rows' sum too; z lse^2 reaches float32's range at |lse| ~ 1.8e19 / sqrt(z))."""
+    2 (W (|lse| + |y_t| + eps (|lse| + mean |y_j|)) + z lse^2) <= finfo.max, and the rows' sum
+    too; W the larger of 1 and the largest weight: torch and liger-kernel form lse - y_t and the
+    smoothing sum before they multiply by a weight, so a weight below 1 does not keep those in
+    range; z lse^2 reaches float32's range at |lse| ~ 1.8e19 / sqrt(z)). With smoothing, the rows'
+    unscaled smoothing sums and their sum over the rows (torch's order, ce_default_mask) too."""
     x, t = args[0].detach().double(), args[1]
     ign = t == case.ignore_index
     scaled = scaled_in_range(case, args, out_shape)
@@ -307,17 +315,19 @@ def ce_options_mask(case, args, out_shape):
     tc = torch.where(ign, 0, t).clamp(0, V - 1).long()
     yt = torch.gather(fy, -1, tc[..., None])[..., 0]
     w = case.weight_tensor(x.device, torch.float64)
-    W = 1.0 if w is None else float(w.abs().max())
+    W = 1.0 if w is None else max(1.0, float(w.abs().max()))
     need = W * (lse + yt + eps * (lse + (fy / V).sum(-1))) + float(case.z_loss) * lse * lse
     need = torch.where(ign, 0.0, need)
     big = torch.finfo(lse_dtype(case.dtype)).max
     rows_in_range = 2 * need <= big
+    smooth = torch.zeros_like(need)
     if eps > 0:
         grow = 1 + (V + 1) * tolerances.TABLE[case.dtype].u_c
-        rows_in_range &= ign | (W * grow * (V * lse + fy.sum(-1)) <= big)
+        smooth = torch.where(ign, 0.0, W * grow * (V * lse + fy.sum(-1)))
+        rows_in_range &= smooth <= big
     if case.reduction == "none":
         return _both(scaled, None if bool(rows_in_range.all()) else rows_in_range.reshape(out_shape))
-    in_range = bool(rows_in_range.all()) and bool(2 * need.sum() <= big)
+    in_range = bool(rows_in_range.all()) and bool(2 * need.sum() <= big) and bool(smooth.sum() <= big)
     return _both(scaled, None if in_range else torch.zeros(out_shape, dtype=torch.bool, device=x.device))
 
 
