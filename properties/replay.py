@@ -37,7 +37,7 @@ import re
 import sys
 import traceback
 
-from . import targets
+from . import strategies as S, targets
 
 HEADER = """\
 # A counterexample of the softmax-properties suite: the invariant, and the case it failed on.
@@ -211,6 +211,13 @@ def replay(invariant: str, case, target_name: str):
     reason = skip_reason(inv, case.op, target)
     if reason:
         return "SKIP", reason
+    # judged by this target's declarations (causal alignment, empty rows' conventions), which
+    # the case carries from the target it was drawn for
+    saved, S.TARGET.module = S.TARGET.module, target.module
+    try:
+        case = S.redeclared(case)
+    finally:
+        S.TARGET.module = saved
 
     @settings(max_examples=1, database=None, phases=[Phase.generate], deadline=None, print_blob=False,
               suppress_health_check=list(HealthCheck))

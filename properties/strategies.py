@@ -11,6 +11,7 @@ from a line of torch code that is also what the reproducer prints: the two canno
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import functools
 import math
@@ -453,6 +454,16 @@ class _Target:
 
 
 TARGET = _Target()
+# the target's declarations a case carries: its field name -> the function reading it from
+# TARGET.module (each family registers its own), so that a case replayed against another target
+# is judged by that target's declarations, not by those of the target it was drawn for
+DECLARATIONS: dict = {}
+
+
+def redeclared(case):
+    """case with each declaration it carries read again from TARGET.module."""
+    names = {f.name for f in dataclasses.fields(case)}
+    return dataclasses.replace(case, **{k: read() for k, read in DECLARATIONS.items() if k in names})
 
 
 @dataclass

@@ -55,6 +55,9 @@ def empty_lse() -> float:
     return float(v)
 
 
+S.DECLARATIONS.update(alignment=alignment, empty_lse=empty_lse)
+
+
 @functools.lru_cache(maxsize=64)
 def _boundaries(module, dtype, head_dim) -> tuple:
     fn = getattr(module, "attention_block_boundaries", None)

@@ -14,7 +14,7 @@ from ...strategies import (BOUNDARIES, FAMILIES, MANY_ROW_COLS, Input, Layout, L
                            special_lengths)
 from ...snippets import built
 from ...spec import lookup
-from ...strategies import OFFERED, TARGET
+from ...strategies import DECLARATIONS, OFFERED, TARGET
 from .case import CECase
 
 
@@ -51,6 +51,9 @@ def empty_mean_zero() -> bool:
     if not (isinstance(v, (int, float)) and (math.isnan(v) or v == 0)):
         raise ValueError(f"CE_EMPTY_MEAN must be math.nan (the default) or 0.0, got {v!r}")
     return not math.isnan(v)
+
+
+DECLARATIONS["empty_mean_zero"] = empty_mean_zero
 
 
 WEIGHT_VALUES = (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0)  # exact in float16 and bfloat16 too
