@@ -675,3 +675,31 @@ def test_follows_current_stream_names_the_result_beyond_its_bound(monkeypatch):
     tg.device = DEV
     report = _first_failure(inv, tg, "softmax_backward")
     assert "the default stream's result beyond its bound" in report, report
+
+
+def _nan_first_column_softmax(x):
+    """softmax whose first column is NaN: a wrong value, written on every call."""
+    y = torch.softmax(x.double(), -1).to(x.dtype)
+    y[..., :1] = math.nan
+    return y
+
+
+def test_all_outputs_written_tells_an_unwritten_element_from_a_wrong_nan():
+    """all_outputs_written's report says whether the NaN it found is there only under the
+    poisoned allocations (an element the op does not write: ce_ignored_grad_unwritten) or also without
+    them (a wrong value, which the law should not blame on unwritten memory)."""
+    import importlib
+    import types
+    from ..invariants import law
+    from ..ops import Target
+    from .. import mutants
+    inv = law("all_outputs_written")
+    unwritten = Target(importlib.import_module(f"{mutants.__name__}.ce_ignored_grad_unwritten"))
+    module = types.ModuleType("nan_first_column")
+    module.softmax = _nan_first_column_softmax
+    wrong = Target(module)
+    unwritten.device = wrong.device = DEV
+    report = _first_failure(inv, unwritten, "cross_entropy_backward")
+    assert "under poisoned allocations only (an element the op does not write)" in report, report
+    report = _first_failure(inv, wrong, "softmax")
+    assert "with and without poisoned allocations (a wrong value, not an unwritten element)" in report, report
