@@ -78,7 +78,8 @@ def ce_loss_nonnegative(case, target):
     bad = out < 0
     if bool(bad.any()):
         i = worst(bad, -out)
-        fail(case, target, "negative loss", i, 0.0, out[i])
+        fail(case, target, "negative loss (a loss is >= 0; expected is that bound, not the exact loss: clamp at 0)",
+             i, 0.0, out[i])
 
 
 @invariant(loss)
