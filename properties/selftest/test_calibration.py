@@ -61,12 +61,15 @@ def test_mean_whose_row_losses_sum_past_float32():
     label_smoothing 0.1, mean: inf where the exact mean is 1.7e37, each row's loss being
     0.05 finfo.max. A float32 sum of the 63 losses overflows before the division; finite there is
     the strict tier's robustness guarantee, so the default tier leaves the output unjudged, as it
-    does a row whose own loss overflows float32. Five rows of [0, -finfo.max / 2] (a sum below
-    finfo.max / 2) stay judged. (A row [0, -finfo.max] is unjudged on its own: its sum over the
-    classes, rounded, may pass finfo.max; test_smoothed_row_loss_whose_class_sum_passes_float32.)"""
+    does a row whose own loss overflows float32. So does torch eager (CPU too) on five rows of
+    [0, -finfo.max / 2]: it adds the rows' smoothing sums (finfo.max / 2 each) before it scales
+    them by eps / V, inf where the exact mean is 8.5e36. Five rows of [0, -finfo.max / 8] (those
+    sums' total below finfo.max) stay judged. (A row [0, -finfo.max] is unjudged on its own: its
+    sum over the classes, rounded, may pass finfo.max;
+    test_smoothed_row_loss_whose_class_sum_passes_float32.)"""
     for dtype in ("bfloat16", "float32"):
         big = -torch.finfo(getattr(torch, dtype)).max
-        for rows, low, judged in ((63, big, False), (5, big / 2, True)):
+        for rows, low, judged in ((63, big, False), (5, big / 2, False), (5, big / 8, True)):
             case = _ce("cross_entropy", dtype, rows, 2, ("const", 0.0), ((-1, 0, 1, 0.0), (-1, 1, 2, low)),
                        family="repeated_rows", eps=0.1)
             mask = truth.ce_default_mask(case, case.tensors("cpu"), ())
