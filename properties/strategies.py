@@ -11,11 +11,10 @@ from a line of torch code that is also what the reproducer prints: the two canno
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import torch
@@ -462,8 +461,8 @@ DECLARATIONS: dict = {}
 
 def redeclared(case):
     """case with each declaration it carries read again from TARGET.module."""
-    names = {f.name for f in dataclasses.fields(case)}
-    return dataclasses.replace(case, **{k: read() for k, read in DECLARATIONS.items() if k in names})
+    names = {f.name for f in fields(case)}
+    return replace(case, **{k: read() for k, read in DECLARATIONS.items() if k in names})
 
 
 @dataclass

@@ -131,24 +131,29 @@ def _zero_empty_mean_module(declared: bool, options: bool = False):
     """The kernels' cross-entropy with a mean over no counted rows of 0 (liger-kernel's and
     fla-core's fused kernels), declared CE_EMPTY_MEAN = 0.0 or not; options: it also takes the
     kernels' weight, z_loss, softcap and logit_scale."""
-    def zeroed(out, target, ignore_index, reduction):
-        if reduction == "mean" and not bool((target != ignore_index).any()):
-            return torch.nan_to_num(out, nan=0.0)  # 0, and differentiable as the output it replaces
-        return out
-
-    def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
-        out = kernels.cross_entropy(logits, target, ignore_index=ignore_index, reduction=reduction,
-                                    label_smoothing=label_smoothing)
-        return zeroed(out, target, ignore_index, reduction)
-
     def cross_entropy_options(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0,
                               weight=None, z_loss=0.0, softcap=None, logit_scale=1.0):
         out = kernels.cross_entropy(logits, target, ignore_index=ignore_index, reduction=reduction,
                                     label_smoothing=label_smoothing, weight=weight, z_loss=z_loss, softcap=softcap,
                                     logit_scale=logit_scale)
-        return zeroed(out, target, ignore_index, reduction)
+        if reduction == "mean" and not bool((target != ignore_index).any()):
+            return torch.nan_to_num(out, nan=0.0)  # 0, and differentiable as the output it replaces
+        return out
+
+    def cross_entropy(logits, target, *, ignore_index=-100, reduction="mean", label_smoothing=0.0):
+        return cross_entropy_options(logits, target, ignore_index=ignore_index, reduction=reduction,
+                                     label_smoothing=label_smoothing)
     return _declaring(cross_entropy=cross_entropy_options if options else cross_entropy,
                       **({"CE_EMPTY_MEAN": 0.0} if declared else {}))
+
+
+def _all_ignored_mean(**kw):
+    """A cross_entropy case of two float32 rows, both ignored, reduction mean (kw: the options,
+    the smoothing, empty_mean_zero)."""
+    x = S.Logits(2, 3, "float32", ("normal", 0, 3.0), (), "moderate")
+    kw = {"label_smoothing": 0.0, **kw}
+    return CECase("cross_entropy", torch.float32, S.Input(x, (2,), S.Layout()), CE.Targets((-100, -100)), -100,
+                  "mean", **kw)
 
 
 def test_a_declared_zero_mean_of_no_counted_rows_is_judged_by_it():
@@ -159,11 +164,9 @@ def test_a_declared_zero_mean_of_no_counted_rows_is_judged_by_it():
     from ..families.cross_entropy import strategies as CES
     from ..families.cross_entropy.laws import ce_matches_oracle, ce_reductions_agree
     from ..ops import Target
-    x = S.Logits(2, 3, "float32", ("normal", 0, 3.0), (), "moderate")
 
     def case(zero):
-        return CECase("cross_entropy", torch.float32, S.Input(x, (2,), S.Layout()), CE.Targets((-100, -100)), -100,
-                      "mean", 0.0, empty_mean_zero=zero)
+        return _all_ignored_mean(empty_mean_zero=zero)
     declared, plain = Target(_zero_empty_mean_module(True)), Target(_zero_empty_mean_module(False))
     declared.device = plain.device = DEV
     ce_matches_oracle(case(True), declared)
@@ -197,7 +200,6 @@ def test_every_cross_entropy_law_judges_a_declared_zero_mean_by_it():
     from ..invariants import laws_for
     from ..ops import Target
     from ..spec import lookup
-    x = S.Logits(2, 3, "float32", ("normal", 0, 3.0), (), "moderate")
     target = Target(_zero_empty_mean_module(True, options=True))
     target.device = DEV
     ran = set()
@@ -212,8 +214,7 @@ def test_every_cross_entropy_law_judges_a_declared_zero_mean_by_it():
             if not held <= set(opts) or (inv.families and not opts):
                 continue
             for eps in (0.0, 0.1):
-                case = CECase("cross_entropy", torch.float32, S.Input(x, (2,), S.Layout()), CE.Targets((-100, -100)),
-                              -100, "mean", eps, empty_mean_zero=True, **opts)
+                case = _all_ignored_mean(label_smoothing=eps, empty_mean_zero=True, **opts)
                 try:
                     inv.check(case, target)
                 except UnsatisfiedAssumption:
@@ -222,16 +223,18 @@ def test_every_cross_entropy_law_judges_a_declared_zero_mean_by_it():
     assert {"ce_matches_oracle", "ce_options_match_oracle", "ce_softcap_is_capped_logits"} <= ran, sorted(ran)
 
 
+def _weighted_extremes(w):
+    """float32 logits [-finfo.max, finfo.max], target 0, reduction none, class weights w."""
+    big = torch.finfo(torch.float32).max
+    x = S.Logits(1, 2, "float32", ("const", big), ((0, 0, 1, -big),), "huge")
+    return CECase("cross_entropy", torch.float32, S.Input(x, (), S.Layout()), CE.Targets((0,)), -100, "none", 0.0,
+                  weight=(w,))
+
+
 @pytest.mark.parametrize("law,case", [
     # weight 0.25 (and 0): torch forms lse - x_t = 6.8e38 before the weight, inf (NaN) in float32
-    ("ce_options_match_oracle", CECase(
-        "cross_entropy", torch.float32, S.Input(S.Logits(1, 2, "float32", ("const", 3.4028234663852886e38),
-                                                         ((0, 0, 1, -3.4028234663852886e38),), "huge"), (), S.Layout()),
-        CE.Targets((0,)), -100, "none", 0.0, weight=(0.25,))),
-    ("ce_options_match_oracle", CECase(
-        "cross_entropy", torch.float32, S.Input(S.Logits(1, 2, "float32", ("const", 3.4028234663852886e38),
-                                                         ((0, 0, 1, -3.4028234663852886e38),), "huge"), (), S.Layout()),
-        CE.Targets((0,)), -100, "none", 0.0, weight=(0.0,))),
+    ("ce_options_match_oracle", _weighted_extremes(0.25)),
+    ("ce_options_match_oracle", _weighted_extremes(0.0)),
     # torch sums the rows' unscaled smoothing terms (2 x 3.4e38) before it scales them by eps / V
     ("ce_matches_oracle", CECase(
         "cross_entropy", torch.bfloat16, S.Input(S.Logits(2, 2, "bfloat16", ("const", 0.0),
