@@ -197,3 +197,41 @@ def test_an_lse_in_base_2_is_named_in_the_report():
     with pytest.raises(PropertyFailure) as e:
         law("attention_matches_oracle").check(case, off)
     assert "base-2" not in str(e.value)
+
+
+# torch eager's attention in float16 (properties/targets/torch.py: (q k^T) * scale in the input
+# dtype, k and v repeat_interleave'd to the query heads), each case one the default tier's
+# backward bound rejected before it allowed the composition's own roundings (bounds.py, "In the
+# default tier"): the scaled score gradient rounded again below float16's normal range (G = 1),
+# and each query head's dk, dv rounded before the group's sum (G > 1; the last case in the normal
+# range, dv -8.297 where the exact value is -8.289)
+_EAGER_F16 = [
+    (dict(B=2, Hq=4, Hkv=1, Lq=5, Lk=13, D=1, seed=318104, mags=(2**-5, 0.5, 2**-7, 1.0), scale=2**-5), False),
+    (dict(B=2, Hq=4, Hkv=1, Lq=1, Lk=18, D=8, seed=261681, mags=(2**-9, 2**-8, 2**-8, 2**-10), scale=1.0), True),
+    (dict(B=1, Hq=4, Hkv=1, Lq=4, Lk=5, D=32, seed=281085, mags=(2**-8, 0.125, 0.125, 2**-10), causal=True), True),
+    (dict(B=1, Hq=1, Hkv=1, Lq=5, Lk=9, D=1, seed=556210, mags=(32.0, 2**-9, 2**-10, 2**-9), scale=0.125), False),
+    (dict(B=2, Hq=2, Hkv=2, Lq=4, Lk=36, D=32, seed=37964, mags=(1.0, 2**-5, 2**-10, 2**-4), scale=2**-5), False),
+    (dict(B=2, Hq=2, Hkv=1, Lq=2, Lk=14, D=16, seed=500413, mags=(2**-10, 0.5, 32.0, 32.0), scale=1.0), False),
+]
+
+
+@pytest.mark.parametrize("shape,with_dlse", _EAGER_F16)
+def test_torch_eager_float16_gradients_pass_the_default_tier(shape, with_dlse):
+    """Autograd through torch eager's float16 attention (o, and lse with its cotangent where
+    with_dlse) gives dq, dk, dv within the default tier's bounds: a correct composition's
+    roundings are not failures. Before those allowances the six cases failed by 1.02-2.58 times
+    the bound."""
+    from ..families.attention.truth import grads_truth
+    from ..targets import torch as eager
+    from .. import tolerances
+    case = AttnCase("attention", torch.float16, Dv=shape["D"], alignment=eager.ATTENTION_CAUSAL_ALIGNMENT, **shape)
+    base = case.tensors("cpu")
+    do, dlse = case.logical("do"), (case.lse_cotangent() if with_dlse else None)
+    leaves = [t.detach().requires_grad_(True) for t in base]
+    with torch.enable_grad():
+        o, lse = eager.attention(*leaves, **case.kwargs())
+        outs, cots = ((o, lse), (do, dlse)) if with_dlse else ((o,), (do,))
+        grads = torch.autograd.grad(outs, leaves, cots)
+    for got, e in zip(grads, grads_truth(case, *(t.detach() for t in base), do, dlse=dlse)):
+        bad = tolerances.compare(got, e.value, e.tol, case.dtype)
+        assert not bool(bad.any()), (e.name, got[bad][:3], e.value[bad][:3], e.tol[bad][:3])

@@ -54,6 +54,25 @@ sum_i dT_ij q_i and dv_j = sum_i P_ij do_i, summed over the G query heads of a k
 likewise with dep_(G Lq). The explicit backward's P is formed from the given lse (float32): its
 rounding, u |lse_i|, adds to the exponent of dP.
 
+In the default tier, with 16-bit inputs, the backward also allows the roundings of the
+compositions that write attention from torch ops in the input dtype (torch eager and HF's eager
+attention, torch's SDPA math backend, flash-attention 2's grouped-head sum), none of which a
+flash kernel makes: (1) autograd through (q k^T) * scale in 16 bits rounds the scaled score
+gradient scale dT once more: u_in |dT| + sub / scale in e_dT (below the normal range the rounding
+is absolute and the scale does not shrink it: torch eager's float16 dk at q x 32, scale 1/8 is 0
+where the exact value is 1.2e-6, every scaled term rounded to 0 or to one subnormal spacing
+(2**-24), and the bound without it allowed 7.3e-7); (2) the scale folded into q or k
+before the matmul (the math backend scales both by sqrt(scale)) or applied to its rounded product:
+two relative roundings, n u_in scale sum_j |dT_ij| |k_j| on dq (likewise dk), and the product's
+subnormal rounding times the factor after it, max(1, scale) sub; (3) k and v repeated to the
+query heads (repeat_interleave, expand) or flash-attention 2's mha_bwd: each query head's dk and
+dv rounded to the input dtype before the sum over the G heads of a group, that sum possibly in
+16 bits in any order: (u_in + gamma_{G-1}(u_in)) |dk_h| + sub per head (torch eager, float16,
+G = 2: dv -8.297 where the exact value is -8.289, the bound without it 8.1e-3). The cases are
+properties/selftest/test_attention_family.py's. A scaled operand flushed into the
+subnormal range (k scale below 6.1e-5 in float16) is not allowed: the forward does not allow
+it either.
+
 lse's cotangent dlse_i (autograd through lse) adds P_ij dlse_i to dS_ij: a kernel folds it into
 Delta (Delta_i - dlse_i, one more rounding: + u (|Delta_i| + |dlse_i|) in eps_Delta_i), a
 composition adds lse's gradient P_ij dlse_i (with P's own error) to the softmax's and rounds the
@@ -211,15 +230,32 @@ def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool, dlse=None):
         # matmuls: below its normal range off by up to half its subnormal spacing whatever its size
         # (as P, _weights_error); or flushed below the compute precision's: absolute, unscaled by f
         sub = 2.0 ** (tolerances.TABLE[dtype].emin - tolerances.TABLE[dtype].precision) if u_P else 0.0
-        e_dT = torch.where(p.vis, e_dT + sub + _ftz(dtype, u), 0.0)
-        edq = edq + p.scale * (torch.einsum("bhij,bhjd->bhid", e_dT, p.ke.abs())
-                               + dep_L * u * torch.einsum("bhij,bhjd->bhid", dT.abs(), p.ke.abs()))
+        e_dT = e_dT + sub + _ftz(dtype, u)
+        sc = abs(p.scale)
+        if n_in:
+            # a composition's roundings (module docstring, "In the default tier"): the 16-bit
+            # score gradient times the scale, rounded again
+            e_dT = e_dT + u_in * dT.abs() + (sub / sc if sc else 0.0)
+        e_dT = torch.where(p.vis, e_dT, 0.0)
+        qk_sum = torch.einsum("bhij,bhjd->bhid", dT.abs(), p.ke.abs())
+        edq = edq + p.scale * (torch.einsum("bhij,bhjd->bhid", e_dT, p.ke.abs()) + dep_L * u * qk_sum)
         edq = edq + u * (p.scale * torch.einsum("bhij,bhjd->bhid", dT, p.ke)).abs()
-        ek = p.scale * (torch.einsum("bhij,bhid->bhjd", e_dT, p.q.abs())
-                        + dep_Q * u * torch.einsum("bhij,bhid->bhjd", dT.abs(), p.q.abs()))
+        kq_sum = torch.einsum("bhij,bhid->bhjd", dT.abs(), p.q.abs())
+        ek = p.scale * (torch.einsum("bhij,bhid->bhjd", e_dT, p.q.abs()) + dep_Q * u * kq_sum)
         ev = (torch.einsum("bhij,bhid->bhjd", dP, do.abs())
               + dep_Q * u * torch.einsum("bhij,bhid->bhjd", p.P, do.abs()))
         dk_abs = (p.scale * torch.einsum("bhij,bhid->bhjd", dT, p.q)).abs()
+        if n_in:
+            # the scale folded into an operand, or applied to the product, in 16 bits (relative,
+            # and the product's subnormal rounding times the factor after it); each query head's
+            # dk and dv rounded before a sum over the group in any order
+            edq = edq + n_in * u_in * sc * qk_sum + max(1.0, sc) * sub
+            ek = ek + n_in * u_in * sc * kq_sum + max(1.0, sc) * sub
+            if g > 1:
+                dv_abs = torch.einsum("bhij,bhid->bhjd", p.P, do).abs()
+                g_u = u_in + (g - 1) * u_in / (1 - (g - 1) * u_in)
+                ek = ek + g_u * dk_abs + sub
+                ev = ev + g_u * dv_abs + sub
         edk = edk + ek.reshape(B, Hkv, g, Lk, D).sum(2) + u * dk_abs.reshape(B, Hkv, g, Lk, D).sum(2)
         edv = edv + ev.reshape(B, Hkv, g, Lk, Dv).sum(2)
     return tuple(torch.nan_to_num(e, nan=0.0) for e in (edq, edk, edv))
