@@ -235,3 +235,52 @@ def test_torch_eager_float16_gradients_pass_the_default_tier(shape, with_dlse):
     for got, e in zip(grads, grads_truth(case, *(t.detach() for t in base), do, dlse=dlse)):
         bad = tolerances.compare(got, e.value, e.tol, case.dtype)
         assert not bool(bad.any()), (e.name, got[bad][:3], e.value[bad][:3], e.tol[bad][:3])
+
+
+def _gemma2_eager(q, k, v, *, causal=False, scale=None, softcap=None):
+    """Gemma-2's eager attention (HF transformers): the scores and their softcap (t / c, tanh,
+    * c) in the input dtype, the softmax in float32 cast back, k and v repeated to the heads."""
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), -torch.inf)
+    return torch.softmax(s.float(), -1).to(q.dtype) @ v, torch.logsumexp(s.float(), -1)
+
+
+# each case one the default tier's forward bound rejected before it allowed the softcap's three
+# roundings in the input dtype (bounds.py, "In the default tier", (4))
+_GEMMA2 = [
+    dict(dtype=torch.bfloat16, B=1, Hq=1, Hkv=1, Lq=5, Lk=1, D=1, seed=76519, mags=(8.0, 1.0, 16.0, 1.0),
+         causal=True, scale=1.0, softcap=5.0),
+    dict(dtype=torch.float16, B=1, Hq=4, Hkv=2, Lq=2, Lk=22, D=1, seed=440615, mags=(1.0, 1.0, 16.0, 1.0),
+         constant_keys=True, causal=True, scale=0.5, softcap=5.0),
+]
+
+
+@pytest.mark.parametrize("shape", _GEMMA2)
+def test_a_16bit_softcap_composition_passes_the_default_tier(shape):
+    """Gemma-2's eager attention, softcap computed in the input dtype: o and lse, and dq, dk, dv
+    through o, within the default tier's bounds (before its allowance, lse was off by 1.21-1.30
+    times the bound), and the strict tier (a flash kernel's float32 softcap) still rejects the
+    lse of the first."""
+    from ..families.attention.truth import forward_truth, grads_truth
+    from .. import tolerances
+    case = AttnCase("attention", Dv=shape["D"], alignment="top_left", **shape)
+    base = case.tensors("cpu")
+    do = case.logical("do")
+    leaves = [t.detach().requires_grad_(True) for t in base]
+    with torch.enable_grad():
+        o, lse = _gemma2_eager(*leaves, **case.kwargs())
+        grads = torch.autograd.grad(o, leaves, do)
+    plain = [t.detach() for t in base]
+    outs = list(zip((o.detach(), lse.detach()), forward_truth(case, *plain)[0]))
+    outs += list(zip(grads, grads_truth(case, *plain, do)))
+    for got, e in outs:
+        bad = tolerances.compare(got, e.value, e.tol, e.dtype)
+        assert not bool(bad.any()), (e.name, got[bad][:3], e.value[bad][:3], e.tol[bad][:3])
+    if shape["dtype"] == torch.bfloat16:
+        strict = forward_truth(case, *plain, strict=True)[0][1]
+        assert bool(tolerances.compare(lse.detach(), strict.value, strict.tol, strict.dtype).any())

@@ -54,7 +54,7 @@ sum_i dT_ij q_i and dv_j = sum_i P_ij do_i, summed over the G query heads of a k
 likewise with dep_(G Lq). The explicit backward's P is formed from the given lse (float32): its
 rounding, u |lse_i|, adds to the exponent of dP.
 
-In the default tier, with 16-bit inputs, the backward also allows the roundings of the
+In the default tier, with 16-bit inputs, the bounds also allow the roundings of the
 compositions that write attention from torch ops in the input dtype (torch eager and HF's eager
 attention, torch's SDPA math backend, flash-attention 2's grouped-head sum), none of which a
 flash kernel makes: (1) autograd through (q k^T) * scale in 16 bits rounds the scaled score
@@ -68,10 +68,15 @@ subnormal rounding times the factor after it, max(1, scale) sub; (3) k and v rep
 query heads (repeat_interleave, expand) or flash-attention 2's mha_bwd: each query head's dk and
 dv rounded to the input dtype before the sum over the G heads of a group, that sum possibly in
 16 bits in any order: (u_in + gamma_{G-1}(u_in)) |dk_h| + sub per head (torch eager, float16,
-G = 2: dv -8.297 where the exact value is -8.289, the bound without it 8.1e-3). The cases are
-properties/selftest/test_attention_family.py's. A scaled operand flushed into the
-subnormal range (k scale below 6.1e-5 in float16) is not allowed: the forward does not allow
-it either.
+G = 2: dv -8.297 where the exact value is -8.289, the bound without it 8.1e-3); (4) softcap in
+the input dtype (Gemma-2's eager attention: t / c, tanh and the product by c each rounded to it):
+u_in |t| (t / c's rounding, through tanh's slope <= 1) + 2 u_in |s| + (2 c + 1) sub in E_ij,
+and in the backward, where autograd forms dS c, times 1 - y^2 (y tanh's rounded output, off by
+at most 2 u_in in 1 - y^2 <= 1) and over c, each rounded: 2 u_in |dS| + 3 u_in |dT| + (1 + 2 /
+c) sub in e_dT (Gemma-2's composition, bfloat16, softcap 5, one key: lse 1.34375 where the exact
+value is 1.35788, the bound without it 1.09e-2). The cases are
+properties/selftest/test_attention_family.py's. A scaled operand flushed into the subnormal
+range (k scale below 6.1e-5 in float16) is not allowed: the forward does not allow it either.
 
 lse's cotangent dlse_i (autograd through lse) adds P_ij dlse_i to dS_ij: a kernel folds it into
 Delta (Delta_i - dlse_i, one more rounding: + u (|Delta_i| + |dlse_i|) in eps_Delta_i), a
@@ -132,10 +137,19 @@ class Pieces:
         self.lse = torch.where(fin, ms + self.logS, -math.inf)
 
 
+def _sub16(dtype) -> float:
+    """Half the subnormal spacing of dtype, 2**(emin - precision): the absolute error of a
+    rounding to it below its normal range (float16: 3e-8)."""
+    return 2.0 ** (tolerances.TABLE[dtype].emin - tolerances.TABLE[dtype].precision)
+
+
 def _score_error(p: Pieces, u, u_in, dep_D, n_in) -> torch.Tensor:
     E = (dep_D * u + 3 * u + n_in * u_in) * p.A
-    if p.case.softcap:
+    c = p.case.softcap
+    if c:
         E = E + 6 * u * p.s.abs()
+        if n_in:  # softcap in the input dtype (module docstring, "In the default tier", (4))
+            E = E + u_in * (p.t.abs() + 2 * p.s.abs()) + (2 * c + 1) * _sub16(p.case.dtype)
     return torch.where(p.vis, E, 0.0)
 
 
@@ -150,7 +164,7 @@ def _weights_error(p: Pieces, E, u, u_P, dep_L, extra=None, ftz=0.0) -> torch.Te
     # rounded to a 16-bit dtype (u_P > 0), a weight below its normal range is off by up to half its
     # subnormal spacing, 2**(emin - precision), whatever its size (float16: 3e-8 for weights below
     # 6.1e-5)
-    sub = 2.0 ** (tolerances.TABLE[p.case.dtype].emin - tolerances.TABLE[p.case.dtype].precision) if u_P else 0.0
+    sub = _sub16(p.case.dtype) if u_P else 0.0
     return torch.where(p.P > 0, torch.clamp(p.P * (torch.expm1(x) + u_P) + sub + ftz, max=1.0), 0.0)
 
 
@@ -229,13 +243,16 @@ def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool, dlse=None):
         # the last product (dT, with softcap's factor) rounded to a 16-bit dtype for the next
         # matmuls: below its normal range off by up to half its subnormal spacing whatever its size
         # (as P, _weights_error); or flushed below the compute precision's: absolute, unscaled by f
-        sub = 2.0 ** (tolerances.TABLE[dtype].emin - tolerances.TABLE[dtype].precision) if u_P else 0.0
+        sub = _sub16(dtype) if u_P else 0.0
         e_dT = e_dT + sub + _ftz(dtype, u)
         sc = abs(p.scale)
         if n_in:
             # a composition's roundings (module docstring, "In the default tier"): the 16-bit
-            # score gradient times the scale, rounded again
+            # score gradient times the scale, rounded again; with softcap, its three products
+            # in the input dtype and tanh's rounded output in 1 - tanh^2
             e_dT = e_dT + u_in * dT.abs() + (sub / sc if sc else 0.0)
+            if f is not None:
+                e_dT = e_dT + 2 * u_in * dS.abs() + 3 * u_in * dT.abs() + (1 + 2 / case.softcap) * sub
         e_dT = torch.where(p.vis, e_dT, 0.0)
         qk_sum = torch.einsum("bhij,bhjd->bhid", dT.abs(), p.ke.abs())
         edq = edq + p.scale * (torch.einsum("bhij,bhjd->bhid", e_dT, p.ke.abs()) + dep_L * u * qk_sum)
