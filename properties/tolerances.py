@@ -144,9 +144,11 @@ def compare(out: torch.Tensor, ref: torch.Tensor, tol: torch.Tensor, out_dtype: 
     return bad
 
 
-def mismatch(actual: float, expected: float, tol: float) -> str:
+def mismatch(actual: float, expected: float, tol: float, dtype: torch.dtype = None) -> str:
     """What differs at one element compare() rejected, in words (actual, expected and tol as a
-    failure report prints them)."""
+    failure report prints them); for an output of a floating dtype whose expected value lies below
+    its normal range, the error also in units of the (subnormal) spacing there, the scale a
+    reader of such small numbers needs (float16: below 6.1e-05, the spacing 5.96e-08)."""
     a, e = float(actual), float(expected)
     if math.isnan(e) != math.isnan(a):
         return "actual is NaN where expected is not" if math.isnan(a) else "expected is NaN, actual is not"
@@ -158,4 +160,10 @@ def mismatch(actual: float, expected: float, tol: float) -> str:
     if not tol > 0:
         return ("unequal where an exact match is due (a bound of 0: the exact result is NaN there, or a "
                 "non-finite input reached the bound)")
-    return f"|actual - expected| = {abs(a - e):.3g} > tolerance"
+    text = f"|actual - expected| = {abs(a - e):.3g} > tolerance"
+    if dtype is not None and dtype.is_floating_point and abs(e) < torch.finfo(dtype).tiny:
+        fi = torch.finfo(dtype)
+        spacing = fi.tiny * fi.eps  # the subnormal spacing: 2**(emin - mantissa bits)
+        text += (f"; expected lies below {str(dtype).replace('torch.', '')}'s normal range ({fi.tiny:.2g}), where "
+                 f"values are {spacing:.3g} apart: the error is {abs(a - e) / spacing:.3g} spacings")
+    return text

@@ -139,14 +139,15 @@ def assert_close(case, target, out, ref, tol, what, call=None, only=None, dtype=
     """out within tol of ref (tolerances.compare) for an output of dtype (default: the op's output
     dtype); only: a bool mask (broadcast to ref) of the elements the law covers, None for all."""
     tol = torch.nan_to_num(tol, nan=0.0)  # compare's reading of a NaN bound, so the report shows it
-    bad = tolerances.compare(out, ref, tol, dtype or case.spec.out_dtype(case.dtype))
+    dtype = dtype or case.spec.out_dtype(case.dtype)
+    bad = tolerances.compare(out, ref, tol, dtype)
     if only is not None:
         bad = bad & only
     if bool(bad.any()):
         i = worst(bad, (out.double() - ref).abs() / tol.clamp_min(1e-300))
         of = "" if out_name == "out" else f" of {out_name}"
         fail(case, target, f"{what}: {int(bad.sum())} of {bad.numel()} elements{of} out of bounds "
-             f"(worst: {tolerances.mismatch(out[i], ref[i], tol[i])})", i, ref[i], out[i], tol[i], call,
+             f"(worst: {tolerances.mismatch(out[i], ref[i], tol[i], dtype)})", i, ref[i], out[i], tol[i], call,
              out_name=out_name)
 
 

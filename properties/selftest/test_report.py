@@ -1,7 +1,8 @@
 """A report names who raised: the target's frames when its call raised, the law's frames (and
 the words "the suite's own code") when the law's own computation did -- never only the runner's
 frames, which is what a report showed when a law's comparison raised on a GPU (a CPU tensor next
-to a CUDA one: every frame of its own was dropped as the suite's machinery)."""
+to a CUDA one: every frame of its own was dropped as the suite's machinery). And a mismatch
+below the output dtype's normal range is told in that range's spacings."""
 from __future__ import annotations
 
 import importlib.util
@@ -53,3 +54,14 @@ def test_an_error_in_the_targets_call_shows_the_targets_frames(tmp_path):
 def test_frames_are_told_apart_by_their_package(path, package):
     frame = type("Frame", (), {"filename": path})()
     assert report._package(frame) == package
+
+
+def test_a_mismatch_below_the_normal_range_is_told_in_spacings():
+    """A float16 dk of 0.0 where the exact value is 5.1e-8 (tolerance 4.4e-8) reads as "5.13e-08 >
+    tolerance" alone, which looks like a large relative error; the report adds that the value
+    lies below float16's normal range, where values are 5.96e-8 apart (0.86 of a spacing)."""
+    text = tolerances.mismatch(0.0, 5.135e-8, 4.35e-8, torch.float16)
+    assert "below float16's normal range (6.1e-05)" in text and "5.96e-08 apart" in text, text
+    assert "0.862 spacings" in text, text
+    assert "spacing" not in tolerances.mismatch(1.0, 1.1, 1e-3, torch.float16)
+    assert "spacing" not in tolerances.mismatch(0.0, 5.135e-8, 4.35e-8)  # no dtype given
