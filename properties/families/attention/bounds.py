@@ -15,7 +15,8 @@ default tier also lets the scores be rounded to u_in twice (the matmul's output 
 product in the input dtype: torch's eager composition for 16-bit inputs): + 2 u_in |t|. Softcap
 c tanh(t / c) passes an error of t with factor sech^2 <= 1 and adds 6u |s| (division, tanh,
 product). So |err s_ij| <= E_ij = (dep_D u + 3u + n u_in) A_ij + 6u |s_ij| [softcap], n = 2
-(default, 16-bit inputs) or 0 (strict, or 32/64-bit inputs, where u_in = u and 3u covers it).
+(default, 16-bit inputs) or 0 (strict, or 32/64-bit inputs, where u_in = u and 3u covers it);
+the default tier adds a 16-bit softcap's roundings ("In the default tier", (4), below).
 
 Weights. P_ij = exp(s_ij - lse_i). lse is 1-Lipschitz in the max norm, so the computed scores
 move lse by at most Emax_i = max over visible j of E_ij, and P_ij by the factor exp(E_ij + Emax_i)
@@ -52,31 +53,33 @@ dq_i = scale sum_j dT_ij k_j within scale (sum_j eps_dT_ij |k_j| + dep_L u sum_j
 u |dq_i|; dk_j = scale
 sum_i dT_ij q_i and dv_j = sum_i P_ij do_i, summed over the G query heads of a key / value head,
 likewise with dep_(G Lq). The explicit backward's P is formed from the given lse (float32): its
-rounding, u |lse_i|, adds to the exponent of dP.
+rounding, u |lse_i|, adds to the exponent of dP. The default tier adds a composition's roundings
+to these ("In the default tier", below).
 
-In the default tier, with 16-bit inputs, the bounds also allow the roundings of the
-compositions that write attention from torch ops in the input dtype (torch eager and HF's eager
-attention, torch's SDPA math backend, flash-attention 2's grouped-head sum), none of which a
-flash kernel makes: (1) autograd through (q k^T) * scale in 16 bits rounds the scaled score
-gradient scale dT once more: u_in |dT| + sub / scale in e_dT (below the normal range the rounding
-is absolute and the scale does not shrink it: torch eager's float16 dk at q x 32, scale 1/8 is 0
-where the exact value is 1.2e-6, every scaled term rounded to 0 or to one subnormal spacing
-(2**-24), and the bound without it allowed 7.3e-7); (2) the scale folded into q or k
-before the matmul (the math backend scales both by sqrt(scale)) or applied to its rounded product:
-two relative roundings, n u_in scale sum_j |dT_ij| |k_j| on dq (likewise dk), and the product's
-subnormal rounding times the factor after it, max(1, scale) sub; (3) k and v repeated to the
-query heads (repeat_interleave, expand) or flash-attention 2's mha_bwd: each query head's dk and
-dv rounded to the input dtype before the sum over the G heads of a group, that sum possibly in
-16 bits in any order: (u_in + gamma_{G-1}(u_in)) |dk_h| + sub per head (torch eager, float16,
-G = 2: dv -8.297 where the exact value is -8.289, the bound without it 8.1e-3); (4) softcap in
-the input dtype (Gemma-2's eager attention: t / c, tanh and the product by c each rounded to it):
-u_in |t| (t / c's rounding, through tanh's slope <= 1) + 2 u_in |s| + (2 c + 1) sub in E_ij,
-and in the backward, where autograd forms dS c, times 1 - y^2 (y tanh's rounded output, off by
-at most 2 u_in in 1 - y^2 <= 1) and over c, each rounded: 2 u_in |dS| + 3 u_in |dT| + (1 + 2 /
-c) sub in e_dT (Gemma-2's composition, bfloat16, softcap 5, one key: lse 1.34375 where the exact
+In the default tier, with 16-bit inputs, the bounds also allow the roundings of the compositions
+that write attention from torch ops in the input dtype (torch eager and HF's eager attention,
+torch's SDPA math backend, flash-attention 2's grouped-head sum), none of which a flash kernel
+makes: (1) autograd through (q k^T) * scale in 16 bits rounds the scaled score gradient scale dT
+once more: u_in |dT| + sub / scale in e_dT (below the normal range the rounding is absolute and
+the scale does not shrink it: torch eager's float16 dk at q x 32, scale 1/8 is 0 where the exact
+value is 1.2e-6, every scaled term rounded to 0 or to one subnormal spacing (2**-24), and the
+bound without it allowed 7.3e-7); (2) the scale folded into q or k before the matmul (the math
+backend scales both by sqrt(scale)) or applied to its rounded product: two relative roundings, 2
+u_in scale sum_j |dT_ij| |k_j| on dq (likewise dk), and the product's subnormal rounding times
+the factor after it, max(1, scale) sub; (3) k and v repeated to the query heads
+(repeat_interleave, expand) or flash-attention 2's mha_bwd: each query head's dk and dv rounded
+to the input dtype before the sum over the G heads of a group (a torch reduction, accumulated at
+compute precision: dep_(G Lq) covers it): u_in |dk_h| + sub per head (torch eager, float16, G =
+2: dv -8.297 where the exact value is -8.289, the bound without it 8.1e-3); (4) softcap in the
+input dtype (Gemma-2's eager attention: t / c, tanh and the product by c each rounded to it):
+u_in |t| (t / c's rounding, through tanh's slope <= 1) + 2 u_in |s| + (2 c + 1) sub in E_ij, and
+in the backward, where autograd forms dS c, times 1 - y^2 (y tanh's rounded output, off by at
+most 2 u_in in 1 - y^2 <= 1) and over c, each rounded: 2 u_in |dS| + 3 u_in |dT| + (1 + 2 / c)
+sub in e_dT (Gemma-2's composition, bfloat16, softcap 5, one key: lse 1.34375 where the exact
 value is 1.35788, the bound without it 1.09e-2). The cases are
-properties/selftest/test_attention_family.py's. A scaled operand flushed into the subnormal
-range (k scale below 6.1e-5 in float16) is not allowed: the forward does not allow it either.
+properties/selftest/test_attention_family.py's. An element of a scaled operand (q scale, k
+sqrt(scale)) below the input dtype's normal range is not allowed its absolute rounding: the
+forward does not allow it either.
 
 lse's cotangent dlse_i (autograd through lse) adds P_ij dlse_i to dS_ij: a kernel folds it into
 Delta (Delta_i - dlse_i, one more rounding: + u (|Delta_i| + |dlse_i|) in eps_Delta_i), a
@@ -255,24 +258,23 @@ def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool, dlse=None):
                 e_dT = e_dT + 2 * u_in * dS.abs() + 3 * u_in * dT.abs() + (1 + 2 / case.softcap) * sub
         e_dT = torch.where(p.vis, e_dT, 0.0)
         qk_sum = torch.einsum("bhij,bhjd->bhid", dT.abs(), p.ke.abs())
-        edq = edq + p.scale * (torch.einsum("bhij,bhjd->bhid", e_dT, p.ke.abs()) + dep_L * u * qk_sum)
+        edq = edq + sc * (torch.einsum("bhij,bhjd->bhid", e_dT, p.ke.abs()) + dep_L * u * qk_sum)
         edq = edq + u * (p.scale * torch.einsum("bhij,bhjd->bhid", dT, p.ke)).abs()
         kq_sum = torch.einsum("bhij,bhid->bhjd", dT.abs(), p.q.abs())
-        ek = p.scale * (torch.einsum("bhij,bhid->bhjd", e_dT, p.q.abs()) + dep_Q * u * kq_sum)
+        ek = sc * (torch.einsum("bhij,bhid->bhjd", e_dT, p.q.abs()) + dep_Q * u * kq_sum)
         ev = (torch.einsum("bhij,bhid->bhjd", dP, do.abs())
               + dep_Q * u * torch.einsum("bhij,bhid->bhjd", p.P, do.abs()))
         dk_abs = (p.scale * torch.einsum("bhij,bhid->bhjd", dT, p.q)).abs()
         if n_in:
-            # the scale folded into an operand, or applied to the product, in 16 bits (relative,
-            # and the product's subnormal rounding times the factor after it); each query head's
-            # dk and dv rounded before a sum over the group in any order
-            edq = edq + n_in * u_in * sc * qk_sum + max(1.0, sc) * sub
-            ek = ek + n_in * u_in * sc * kq_sum + max(1.0, sc) * sub
+            # the scale folded into an operand, or applied to the product, in 16 bits (two
+            # relative roundings, and the product's subnormal rounding times the factor after
+            # it); each query head's dk and dv rounded before the group's sum
+            edq = edq + 2 * u_in * sc * qk_sum + max(1.0, sc) * sub
+            ek = ek + 2 * u_in * sc * kq_sum + max(1.0, sc) * sub
             if g > 1:
                 dv_abs = torch.einsum("bhij,bhid->bhjd", p.P, do).abs()
-                g_u = u_in + (g - 1) * u_in / (1 - (g - 1) * u_in)
-                ek = ek + g_u * dk_abs + sub
-                ev = ev + g_u * dv_abs + sub
+                ek = ek + u_in * dk_abs + sub
+                ev = ev + u_in * dv_abs + sub
         edk = edk + ek.reshape(B, Hkv, g, Lk, D).sum(2) + u * dk_abs.reshape(B, Hkv, g, Lk, D).sum(2)
         edv = edv + ev.reshape(B, Hkv, g, Lk, Dv).sum(2)
     return tuple(torch.nan_to_num(e, nan=0.0) for e in (edq, edk, edv))
