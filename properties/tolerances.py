@@ -100,6 +100,14 @@ def ulp(v: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.exp2(e - (t.precision - 1))
 
 
+def half_subnormal(dtype: torch.dtype) -> float:
+    """Half the smallest subnormal of dtype, 2**(emin - precision): the most a rounding to dtype
+    errs below its normal range, where a relative 2**-p no longer bounds it (float16: 3e-8; for
+    float64 it rounds to 0 in the float64 arithmetic of the bounds)."""
+    t = TABLE[dtype]
+    return 2.0 ** (t.emin - t.precision)
+
+
 def max_finite(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).max
 

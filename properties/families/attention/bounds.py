@@ -140,19 +140,13 @@ class Pieces:
         self.lse = torch.where(fin, ms + self.logS, -math.inf)
 
 
-def _sub16(dtype) -> float:
-    """Half the subnormal spacing of dtype, 2**(emin - precision): the absolute error of a
-    rounding to it below its normal range (float16: 3e-8)."""
-    return 2.0 ** (tolerances.TABLE[dtype].emin - tolerances.TABLE[dtype].precision)
-
-
 def _score_error(p: Pieces, u, u_in, dep_D, n_in) -> torch.Tensor:
     E = (dep_D * u + 3 * u + n_in * u_in) * p.A
     c = p.case.softcap
     if c:
         E = E + 6 * u * p.s.abs()
         if n_in:  # softcap in the input dtype (module docstring, "In the default tier", (4))
-            E = E + u_in * (p.t.abs() + 2 * p.s.abs()) + (2 * c + 1) * _sub16(p.case.dtype)
+            E = E + u_in * (p.t.abs() + 2 * p.s.abs()) + (2 * c + 1) * tolerances.half_subnormal(p.case.dtype)
     return torch.where(p.vis, E, 0.0)
 
 
@@ -167,7 +161,7 @@ def _weights_error(p: Pieces, E, u, u_P, dep_L, extra=None, ftz=0.0) -> torch.Te
     # rounded to a 16-bit dtype (u_P > 0), a weight below its normal range is off by up to half its
     # subnormal spacing, 2**(emin - precision), whatever its size (float16: 3e-8 for weights below
     # 6.1e-5)
-    sub = _sub16(p.case.dtype) if u_P else 0.0
+    sub = tolerances.half_subnormal(p.case.dtype) if u_P else 0.0
     return torch.where(p.P > 0, torch.clamp(p.P * (torch.expm1(x) + u_P) + sub + ftz, max=1.0), 0.0)
 
 
@@ -246,7 +240,7 @@ def backward_eps(p: Pieces, do, o_ref, eps_o, dtype, strict: bool, dlse=None):
         # the last product (dT, with softcap's factor) rounded to a 16-bit dtype for the next
         # matmuls: below its normal range off by up to half its subnormal spacing whatever its size
         # (as P, _weights_error); or flushed below the compute precision's: absolute, unscaled by f
-        sub = _sub16(dtype) if u_P else 0.0
+        sub = tolerances.half_subnormal(dtype) if u_P else 0.0
         e_dT = e_dT + sub + _ftz(dtype, u)
         sc = abs(p.scale)
         if n_in:

@@ -4,14 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ...tolerances import ATOL_FTZ, TABLE, U_ORACLE, ulp
-
-
-def half_subnormal(dtype) -> float:
-    """Half the smallest subnormal of dtype: the most a rounding to dtype errs below its normal
-    range, where a relative 2**-p no longer bounds it (for float64 it rounds to 0 in the float64
-    arithmetic of the bounds)."""
-    return 0.5 * float(ulp(torch.zeros((), dtype=torch.float64, device="cpu"), dtype))
+from ...tolerances import ATOL_FTZ, TABLE, U_ORACLE, half_subnormal, ulp
 
 
 # ----------------------------------------------------------------------------------------------

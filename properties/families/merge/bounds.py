@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ...tolerances import ATOL_FTZ, TABLE, U_ORACLE
+from ...tolerances import ATOL_FTZ, TABLE, U_ORACLE, half_subnormal
 
 
 # ----------------------------------------------------------------------------------------------
@@ -58,7 +58,7 @@ def merge_value_bound(dtype, depth, lam, mag, n_keys=0, leaves=True):
     # correct merge gives them equal weights (test_meta_merges, the case an H200 run drew).
     grow = torch.expm1(expo) if isinstance(expo, torch.Tensor) else math.expm1(expo)
     rel = grow + U_ORACLE * (4 * 745 + n_keys + 10)
-    absolute = (H + 1) * (2.0 ** (t.emin - t.precision) + ATOL_FTZ * t.tiny_c)
+    absolute = (H + 1) * (half_subnormal(dtype) + ATOL_FTZ * t.tiny_c)
     return torch.nan_to_num(mag * rel, nan=0.0) + absolute
 
 
