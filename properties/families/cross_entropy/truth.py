@@ -238,29 +238,45 @@ def ce_default_mask(case, args, out_shape):
       holds it as 0, and 0 * inf is NaN where the exact loss is +inf.
     * (in the bound, not here) the gradient formed from the forward's log-probabilities rounded
       to the logits' dtype (autograd saves outputs in their dtype): bounds.ce_torch_grad_allowance."""
+    return _terms_in_range(case, args, out_shape)
+
+
+def _terms_in_range(case, args, out_shape, options=False):
+    """ce_default_mask's rules, at the logits x or, with options, at y = transform(x) with the
+    row's weights (W, at least 1) and its z term (ce_options_mask)."""
     x, t = args[0].detach().double(), args[1]
     ign = t == case.ignore_index
     if case.spec.is_vjp:
         bad_rows = ign & ~torch.isfinite(x).all(-1)
         return None if not bool(bad_rows.any()) else ~bad_rows[..., None].expand(out_shape)
-    if 0 < case.label_smoothing < torch.finfo(torch.float32).tiny and case.dtype != torch.float64:
+    eps = case.label_smoothing
+    if 0 < eps < torch.finfo(torch.float32).tiny and case.dtype != torch.float64:
         # a smoothing below float32's range is 0 to a float32 kernel (torch's too), and 0 times an
         # infinite lse - mean(x) is NaN where the exact term is +inf: the strict tier's
         return torch.zeros(out_shape, dtype=torch.bool, device=x.device)
-    if x.shape[-1] == 0:
+    V = x.shape[-1]
+    if V == 0:
         return None
+    y, W, z = x, 1.0, 0.0
+    if options:
+        y = oracles.ce.transform(x, case.softcap, case.logit_scale)
+        w = case.weight_tensor(x.device, torch.float64)
+        W, z = (1.0 if w is None else max(1.0, float(w.abs().max()))), float(case.z_loss)
+    fy = torch.where(torch.isfinite(y), y.abs(), 0.0)
+    lse = oracles.logsumexp(torch.where(torch.isfinite(y), y, -math.inf)).abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
+    tc = torch.where(ign, 0, t).clamp(0, V - 1).long()
+    yt = torch.gather(fy, -1, tc[..., None])[..., 0]
+    need = W * (lse + yt + eps * (lse + (fy / V).sum(-1)))
+    if z:
+        need = need + z * lse * lse
+    need = torch.where(ign, 0.0, need)
     big = torch.finfo(lse_dtype(case.dtype)).max
-    fx = torch.where(torch.isfinite(x), x.abs(), 0.0)
-    lse = oracles.logsumexp(torch.where(torch.isfinite(x), x, -math.inf)).abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
-    tc = torch.where(ign, 0, t).clamp(0, x.shape[-1] - 1).long()
-    xt = torch.gather(fx, -1, tc[..., None])[..., 0]
-    need = torch.where(ign, 0.0, lse + xt + case.label_smoothing * (lse + (fx / x.shape[-1]).sum(-1)))
     rows_in_range = 2 * need <= big
     smooth = torch.zeros_like(need)
-    if case.label_smoothing > 0:  # torch's smoothing term: the sum over the classes of |x_j - lse|, then eps / V
+    if eps > 0:  # torch's smoothing term: the sum over the classes of |y_j - lse|, then eps / V
         # the V terms' and their sum's roundings, any order
-        grow = 1 + (x.shape[-1] + 1) * tolerances.TABLE[case.dtype].u_c
-        smooth = torch.where(ign, 0.0, grow * (x.shape[-1] * lse + fx.sum(-1)))
+        grow = 1 + (V + 1) * tolerances.TABLE[case.dtype].u_c
+        smooth = torch.where(ign, 0.0, W * grow * (V * lse + fy.sum(-1)))
         rows_in_range &= smooth <= big
     if case.reduction == "none":  # each row's loss on its own
         return None if bool(rows_in_range.all()) else rows_in_range.reshape(out_shape)
@@ -297,38 +313,7 @@ def ce_options_mask(case, args, out_shape):
     smoothing sum before they multiply by a weight, so a weight below 1 does not keep those in
     range; z lse^2 reaches float32's range at |lse| ~ 1.8e19 / sqrt(z)). With smoothing, the rows'
     unscaled smoothing sums and their sum over the rows (torch's order, ce_default_mask) too."""
-    x, t = args[0].detach().double(), args[1]
-    ign = t == case.ignore_index
-    scaled = scaled_in_range(case, args, out_shape)
-    if case.spec.is_vjp:
-        bad_rows = ign & ~torch.isfinite(x).all(-1)
-        return _both(scaled, None if not bool(bad_rows.any()) else ~bad_rows[..., None].expand(out_shape))
-    eps = case.label_smoothing
-    if 0 < eps < torch.finfo(torch.float32).tiny and case.dtype != torch.float64:
-        return torch.zeros(out_shape, dtype=torch.bool, device=x.device)
-    V = x.shape[-1]
-    if V == 0:
-        return None
-    y = oracles.ce.transform(x, case.softcap, case.logit_scale)
-    fy = torch.where(torch.isfinite(y), y.abs(), 0.0)
-    lse = oracles.logsumexp(torch.where(torch.isfinite(y), y, -math.inf)).abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
-    tc = torch.where(ign, 0, t).clamp(0, V - 1).long()
-    yt = torch.gather(fy, -1, tc[..., None])[..., 0]
-    w = case.weight_tensor(x.device, torch.float64)
-    W = 1.0 if w is None else max(1.0, float(w.abs().max()))
-    need = W * (lse + yt + eps * (lse + (fy / V).sum(-1))) + float(case.z_loss) * lse * lse
-    need = torch.where(ign, 0.0, need)
-    big = torch.finfo(lse_dtype(case.dtype)).max
-    rows_in_range = 2 * need <= big
-    smooth = torch.zeros_like(need)
-    if eps > 0:
-        grow = 1 + (V + 1) * tolerances.TABLE[case.dtype].u_c
-        smooth = torch.where(ign, 0.0, W * grow * (V * lse + fy.sum(-1)))
-        rows_in_range &= smooth <= big
-    if case.reduction == "none":
-        return _both(scaled, None if bool(rows_in_range.all()) else rows_in_range.reshape(out_shape))
-    in_range = bool(rows_in_range.all()) and bool(2 * need.sum() <= big) and bool(smooth.sum() <= big)
-    return _both(scaled, None if in_range else torch.zeros(out_shape, dtype=torch.bool, device=x.device))
+    return _both(scaled_in_range(case, args, out_shape), _terms_in_range(case, args, out_shape, options=True))
 
 
 def nan_rows_keep_their_nan(x, ref):
