@@ -1,5 +1,6 @@
 """What the kernels' meta tests share (test_meta*.py): the device they run on, the project's
-kernels as a suite target, and an elementwise agreement of two results."""
+kernels as a suite target, an elementwise agreement of two results, and a cross-entropy mean over
+no counted rows (the replay test's case too)."""
 from __future__ import annotations
 
 import torch
@@ -35,3 +36,15 @@ def agrees(a, b, *, zero_signs: bool = False, atol: float = 0.0, ulps: int = 0) 
     if zero_signs:
         close &= (a != 0) | (torch.signbit(a) == torch.signbit(b))
     return bool((close | (torch.isnan(a) & torch.isnan(b))).all())
+
+
+def all_ignored_mean(**kw):
+    """A cross_entropy case of two float32 rows, both ignored, reduction mean (kw: the options,
+    the smoothing, empty_mean_zero)."""
+    from .. import strategies as S
+    from ..families.cross_entropy import strategies as CE
+    from ..families.cross_entropy.case import CECase
+    x = S.Logits(2, 3, "float32", ("normal", 0, 3.0), (), "moderate")
+    kw = {"label_smoothing": 0.0, **kw}
+    return CECase("cross_entropy", torch.float32, S.Input(x, (2,), S.Layout()), CE.Targets((-100, -100)), -100,
+                  "mean", **kw)

@@ -17,7 +17,7 @@ from .. import strategies as S
 from ..targets import OWN_KERNELS
 from ..families.cross_entropy import strategies as CE
 from ..families.cross_entropy.case import CECase
-from .meta_support import DEV, agrees, kernels_target
+from .meta_support import DEV, agrees, all_ignored_mean, kernels_target
 
 
 # ---------------------------------------------------------------------------- cross-entropy
@@ -147,15 +147,6 @@ def _zero_empty_mean_module(declared: bool, options: bool = False):
                       **({"CE_EMPTY_MEAN": 0.0} if declared else {}))
 
 
-def _all_ignored_mean(**kw):
-    """A cross_entropy case of two float32 rows, both ignored, reduction mean (kw: the options,
-    the smoothing, empty_mean_zero)."""
-    x = S.Logits(2, 3, "float32", ("normal", 0, 3.0), (), "moderate")
-    kw = {"label_smoothing": 0.0, **kw}
-    return CECase("cross_entropy", torch.float32, S.Input(x, (2,), S.Layout()), CE.Targets((-100, -100)), -100,
-                  "mean", **kw)
-
-
 def test_a_declared_zero_mean_of_no_counted_rows_is_judged_by_it():
     """CE_EMPTY_MEAN = 0.0: a mean over no counted rows is 0, as the target declares; undeclared,
     the same function fails, and the message names the declaration; the project's kernels (NaN,
@@ -166,7 +157,7 @@ def test_a_declared_zero_mean_of_no_counted_rows_is_judged_by_it():
     from ..ops import Target
 
     def case(zero):
-        return _all_ignored_mean(empty_mean_zero=zero)
+        return all_ignored_mean(empty_mean_zero=zero)
     declared, plain = Target(_zero_empty_mean_module(True)), Target(_zero_empty_mean_module(False))
     declared.device = plain.device = DEV
     ce_matches_oracle(case(True), declared)
@@ -214,7 +205,7 @@ def test_every_cross_entropy_law_judges_a_declared_zero_mean_by_it():
             if not held <= set(opts) or (inv.families and not opts):
                 continue
             for eps in (0.0, 0.1):
-                case = _all_ignored_mean(label_smoothing=eps, empty_mean_zero=True, **opts)
+                case = all_ignored_mean(label_smoothing=eps, empty_mean_zero=True, **opts)
                 try:
                     inv.check(case, target)
                 except UnsatisfiedAssumption:

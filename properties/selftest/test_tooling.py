@@ -268,11 +268,8 @@ def test_replay_judges_by_the_replayed_targets_declarations(tmp_path):
     """A case carries the declarations of the target it was drawn for (CE_EMPTY_MEAN = 0.0
     here); replayed against another target it is judged by that one's: torch's NaN mean over no
     counted rows passes, the same case with the declaration kept fails it."""
-    from ..families.cross_entropy import strategies as CE
-    from ..families.cross_entropy.case import CECase
-    x = S.Logits(2, 3, "float32", ("normal", 0, 3.0), (), "moderate")
-    case = CECase("cross_entropy", torch.float32, S.Input(x, (2,), S.Layout()), CE.Targets((-100, -100)), -100,
-                  "mean", 0.0, empty_mean_zero=True)
+    from .meta_support import all_ignored_mean
+    case = all_ignored_mean(empty_mean_zero=True)
     path = tmp_path / "saved.py"
     path.write_text(replay.render("ce_matches_oracle", "liger", case))
     inv, loaded, _ = replay.load(str(path))
