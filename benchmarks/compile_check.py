@@ -33,9 +33,17 @@ def loops_report(kernel) -> str:
     return f" (loops: {', '.join(str(lp.size) for lp in loops(disassemble(kernel.asm['cubin'])))} SASS instructions)"
 
 
+# the shared memory one block may opt into on sm_90 (H100, H200): 227 KiB
+SM90_SHARED = 232448
+
+
 def ptxas_report(kernel) -> str:
-    """' (R registers, S bytes spilled, L loaded)' from ptxas -v on the compiled kernel's PTX, or ''
-    without --regs: the first ptxas beside triton's that takes that PTX's version."""
+    """' (R registers, S bytes spilled, L loaded, M bytes shared)' from ptxas -v on the compiled
+    kernel's PTX and its shared memory (at most SM90_SHARED, or its launch fails), or '' without
+    --regs: the first ptxas beside triton's that takes that PTX's version."""
+    if kernel.metadata.shared > SM90_SHARED:
+        raise SystemExit(f"{kernel.name}: {kernel.metadata.shared} bytes of shared memory, more than an sm_90 "
+                         f"block may take ({SM90_SHARED})")
     if not REGS:
         return ""
     import re
@@ -56,7 +64,7 @@ def ptxas_report(kernel) -> str:
                 st = re.search(r"(\d+) bytes spill stores", text)
                 ld = re.search(r"(\d+) bytes spill loads", text)
                 return (f" ({regs.group(1) if regs else '?'} registers, {st.group(1) if st else '?'} bytes spilled, "
-                        f"{ld.group(1) if ld else '?'} loaded)")
+                        f"{ld.group(1) if ld else '?'} loaded, {kernel.metadata.shared} bytes shared)")
         return " (no ptxas here takes this PTX)"
     finally:
         os.unlink(f.name)
