@@ -87,7 +87,8 @@ def check_attention():
     for dt, bd, full, softcap in (("bf16", 64, True, False), ("bf16", 128, True, False), ("bf16", 128, True, True),
                                   ("fp16", 128, False, True),
                                   ("bf16", 256, True, False), ("bf16", 16, True, True), ("fp32", 64, True, False),
-                                  ("fp32", 128, False, True), ("fp64", 64, False, True), ("fp64", 256, True, False)):
+                                  ("fp32", 128, False, True), ("fp64", 64, False, True), ("fp64", 256, True, False),
+                                  ("fp32", 256, False, True)):
         if overridden and dt not in ("bf16", "fp16"):
             continue
         lse = _LSE[dt]

@@ -156,6 +156,36 @@ def test_a_declared_empty_lse_of_plus_inf_is_the_truth_and_the_backwards_input()
         law("attention_empty_rows").check(_empty_row_cases(math.inf)[0], kernels_target())
 
 
+@pytest.mark.parametrize("op", ["attention", "attention_backward"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_kernels_pass_both_tiers_at_a_head_dimension_of_256(op, dtype):
+    """Head dimension 256 (Gemma's), which only the gpu profile's lengths reach in the draws
+    (strategies.HEAD_DIMS): the project's kernels at it, plain, causal with grouped heads, and
+    with softcap and a window, within both tiers' bounds, and the gpu profile draws it."""
+    from hypothesis import given, settings
+    from .meta_support import kernels_target
+    from .. import strategies as S
+    from ..plugin import LIMITS
+    t = kernels_target()
+    for kw in (dict(), dict(causal=True, Hq=4), dict(softcap=5.0, window=(2, 1))):
+        case = AttnCase(op, dtype, 1, kw.pop("Hq", 2), 1, 19, 37, 256, 256, seed=3, **kw)
+        law("attention_matches_oracle").check(case, t)
+        law("attention_matches_oracle_strict").check(case, t)
+    seen = set()
+    saved = S.set_limits(LIMITS["gpu"])
+    try:
+
+        @settings(max_examples=200, deadline=None, database=None)
+        @given(AS.attn_cases(op))
+        def draw(case):
+            seen.add(case.D)
+
+        draw()
+    finally:
+        S.set_limits(saved)
+    assert 256 in seen
+
+
 def test_the_declared_empty_lse_reaches_the_cases():
     saved = AS.TARGET.module
     try:
