@@ -107,10 +107,15 @@ def check_attention():
                   + ptxas_report(compiled) + loops_report(compiled))
         except Exception as e:
             print("attention fwd FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)
-        # the backward's launch at short sequences, and its long-sequence launch where it has one
-        long = AT.bwd_long(_TORCH[dt], bd, bd, softcap, AT.T.ATTN_BWD_LONG_FROM)
-        for Lq in (0, AT.T.ATTN_BWD_LONG_FROM) if long else (0,):
-            bm1, bn1, w1, s1, bm2, bn2, w2, s2 = AT.bwd_config(_TORCH[dt], bd, bd, softcap, Lq)
+        # the backward's launch at short sequences, and its long-sequence launches (causal and
+        # not) where it has them
+        at = AT.T.ATTN_BWD_LONG_FROM
+        long = AT.bwd_long(_TORCH[dt], bd, bd, softcap, at)
+        for Lq, causal in ((0, False), (at, False), (at, True)) if long else ((0, False),):
+            cfg = AT.bwd_config(_TORCH[dt], bd, bd, softcap, Lq, causal)
+            if causal and cfg == AT.bwd_config(_TORCH[dt], bd, bd, softcap, Lq):
+                continue  # no causal launch of its own
+            bm1, bn1, w1, s1, bm2, bn2, w2, s2 = cfg
             s = {"Q": f"*{dt}", "K": f"*{dt}", "V": f"*{dt}", "DO": f"*{dt}", "LSEB": f"*{lse}", "DELTA": f"*{lse}",
                  "GA": f"*{dt}", "GB": f"*{dt}", **{n: "i32" for n in AT._BWD_INTS},
                  **{n: "fp32" for n in ("sc0", "sc1", "sc2", "cm0", "cm1", "cm2", "gs0", "gs1", "gs2")}, "Lqp": "i32"}
@@ -131,7 +136,7 @@ def check_attention():
                                               target=tgt,
                                               options=dict(AT.L.DEFAULT_OPTIONS, num_warps=warps, num_stages=stages))
                     print(f"attention {kern.__name__} ok {dt} D={bd} FULL={full} SOFTCAP={softcap}"
-                          f"{' long' if Lq else ''} ({time.perf_counter() - t0:.1f} s)"
+                          f"{' long' if Lq else ''}{' causal' if causal else ''} ({time.perf_counter() - t0:.1f} s)"
                           + ptxas_report(compiled) + loops_report(compiled))
                 except Exception as e:
                     print("attention", kern.__name__, "FAIL", dt, bd, str(e)[-1500:]); raise SystemExit(1)

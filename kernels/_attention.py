@@ -687,11 +687,13 @@ def fwd_config(dtype: torch.dtype, D: int, Dv: int) -> tuple:
     return _table(dtype, True)[bd]
 
 
-def bwd_config(dtype: torch.dtype, D: int, Dv: int, softcap: bool = False, Lq: int = 0) -> tuple:
+def bwd_config(dtype: torch.dtype, D: int, Dv: int, softcap: bool = False, Lq: int = 0,
+               causal: bool = False) -> tuple:
     """(BLOCK_M1, BLOCK_N1, num_warps1, num_stages1, BLOCK_M2, BLOCK_N2, num_warps2, num_stages2)
-    of the backward over Lq queries: the dk/dv kernel's query and key blocks and launch shape,
-    then the dq kernel's (kernels/tuning.py: ATTN_BWD_16_SOFTCAP with a 16-bit softcap,
-    ATTN_BWD_16_LONG from ATTN_BWD_LONG_FROM queries; ATTN_KERNELS_BWD overrides)."""
+    of the backward over Lq queries, causal (no query sees a key past its diagonal) or not: the
+    dk/dv kernel's query and key blocks and launch shape, then the dq kernel's (kernels/tuning.py:
+    ATTN_BWD_16_SOFTCAP with a 16-bit softcap, ATTN_BWD_16_LONG from ATTN_BWD_LONG_FROM queries,
+    ATTN_BWD_16_LONG_CAUSAL there when causal; ATTN_KERNELS_BWD overrides)."""
     env = _launch_shape("ATTN_KERNELS_BWD", 8)
     if env:
         return env
@@ -701,7 +703,7 @@ def bwd_config(dtype: torch.dtype, D: int, Dv: int, softcap: bool = False, Lq: i
     if softcap and dtype in (torch.bfloat16, torch.float16) and bd in T.ATTN_BWD_16_SOFTCAP:
         return T.ATTN_BWD_16_SOFTCAP[bd]
     if bwd_long(dtype, D, Dv, softcap, Lq):
-        return T.ATTN_BWD_16_LONG[bd]
+        return T.ATTN_BWD_16_LONG_CAUSAL.get(bd, T.ATTN_BWD_16_LONG[bd]) if causal else T.ATTN_BWD_16_LONG[bd]
     return _table(dtype, False)[bd]
 
 
@@ -740,8 +742,9 @@ def block_boundaries(dtype: torch.dtype = torch.bfloat16, head_dim: int = 64) ->
     its long-sequence launch (for the strategies to aim at, +-1)."""
     f = fwd_config(dtype, head_dim, head_dim)
     sizes = {f[0], f[1]}
-    for softcap, Lq in ((False, 0), (True, 0), (False, T.ATTN_BWD_LONG_FROM)):
-        b = bwd_config(dtype, head_dim, head_dim, softcap, Lq)
+    for softcap, Lq, causal in ((False, 0, False), (True, 0, False), (False, T.ATTN_BWD_LONG_FROM, False),
+                                (False, T.ATTN_BWD_LONG_FROM, True)):
+        b = bwd_config(dtype, head_dim, head_dim, softcap, Lq, causal)
         sizes |= {b[0], b[1], b[4], b[5]}
     long = {T.ATTN_BWD_LONG_FROM} if bwd_long(dtype, head_dim, head_dim, False, T.ATTN_BWD_LONG_FROM) else set()
     return sorted(sizes | {2 * s for s in sizes} | long)
@@ -872,7 +875,7 @@ def backward(q, k, v, o, lse, do, dlse, scale: float, left, right, softcap):
     delta, lseb = torch.empty((2, B, Hq, lqp), dtype=CT, device=q.device)
     has_dlse = dlse is not None
     dl = dlse.to(CT).contiguous() if has_dlse else delta
-    bm1, bn1, warps1, stages1, bm2, bn2, warps2, stages2 = bwd_config(q.dtype, D, Dv, bool(softcap), Lq)
+    bm1, bn1, warps1, stages1, bm2, bn2, warps2, stages2 = bwd_config(q.dtype, D, Dv, bool(softcap), Lq, right == 0)
     bd = bdv = _head_block(D, Dv)
     off, wl, wr = _mask_args(Lq, Lk, left, right)
     full = _full((q, k, v, o, do, dq, dk, dv), D, Dv, bd, bdv)

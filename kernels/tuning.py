@@ -132,6 +132,14 @@ ATTN_BWD_16 = {64: (32, 128, 4, 3, 128, 64, 4, 3), 128: (32, 128, 8, 3, 128, 64,
 # (fewer steps) not timed.
 ATTN_BWD_LONG_FROM = 1024
 ATTN_BWD_16_LONG = {128: (64, 128, 8, 3, 128, 64, 8, 3)}
+# the same, causal (no query sees a key past its diagonal, with or without a left window), by
+# head-dimension block where it differs. None listed: at D 128 the dk/dv kernel with 64-key blocks,
+# 4 warps and 2 stages (64, 64, 4, 2, 128, 64, 8, 3), which halves the masked work on the diagonal,
+# measured faster on its own (one H100, bf16, ms: L 1024 0.436 against 0.470, 2048 0.693-0.694
+# against 0.737-0.746, 4096 1.208 against 1.281; not causal it loses at 2048), but the one
+# forward + backward benchmark of it read the causal L 1024 row a fifth low (docs/results.md,
+# source AN); it waits on a benchmark that settles that row.
+ATTN_BWD_16_LONG_CAUSAL = {}
 # the 16-bit head-dimension blocks whose dk/dv kernel issues dP^T = V dO^T right after S^T = K Q^T,
 # before the exponentials (DP_FIRST): the tensor cores then work on dP^T while the exponentials
 # run. One H100, bf16, L 4096, the kernel's own time: D 64 2.38 ms against 2.58 (causal 1.41

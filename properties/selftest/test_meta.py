@@ -462,10 +462,11 @@ def test_attention_off32_holds_every_offset_a_head_forms(monkeypatch, stride, fi
 
 
 def test_attention_backward_takes_its_long_launch_from_its_length(monkeypatch):
-    """The compiled backward's launch (interpreting patched off): ATTN_BWD_16_LONG, with OFF32,
-    for 16-bit inputs of at least ATTN_BWD_LONG_FROM queries without softcap; ATTN_BWD_16 below
-    that, with softcap, for float32, or under an ATTN_KERNELS_BWD override; and the length where
-    it changes is a block boundary."""
+    """The compiled backward's launch (interpreting patched off): ATTN_BWD_16_LONG (causal:
+    ATTN_BWD_16_LONG_CAUSAL where it lists the block), with OFF32, for 16-bit inputs of at least
+    ATTN_BWD_LONG_FROM queries without softcap; ATTN_BWD_16 below that, with softcap, for
+    float32, or under an ATTN_KERNELS_BWD override; and the length where it changes, and the
+    causal launch's blocks, are block boundaries."""
     from softmax_properties.kernels import _attention as AT
     from softmax_properties.kernels import tuning as T
     monkeypatch.setattr(_launch, "interpreting", lambda: False)
@@ -473,12 +474,40 @@ def test_attention_backward_takes_its_long_launch_from_its_length(monkeypatch):
     for D, long in T.ATTN_BWD_16_LONG.items():
         head = torch.empty((1, 1, n, D), dtype=bf, device="meta")
         assert AT.bwd_config(bf, D, D, False, n) == long and AT.bwd_long(bf, D, D, False, n)
+        causal = T.ATTN_BWD_16_LONG_CAUSAL.get(D, long)
+        assert AT.bwd_config(bf, D, D, False, n, True) == causal
+        assert AT.bwd_config(bf, D, D, False, n - 1, True) == T.ATTN_BWD_16[D]
+        assert {causal[0], causal[1]} <= set(AT.block_boundaries(bf, D))
         assert AT.bwd_config(bf, D, D, False, n - 1) == T.ATTN_BWD_16[D]
         assert not AT.bwd_long(bf, D, D, True, n) and not AT.bwd_long(torch.float32, D, D, False, n)
         assert AT.bwd_config(torch.float32, D, D, False, n) == T.ATTN_BWD_32[D]
         assert n in AT.block_boundaries(bf, D) and n not in AT.block_boundaries(torch.float32, D)
         assert AT.off32(head, head, long[0], D, True) == (D in T.ATTN_BWD_OFF32)
         assert not AT.off32(head, head, long[0], D, False)
+    # a causal launch listed for a block: taken by causal backwards of the long lengths only, its
+    # blocks among the boundaries, and asked for by backward() where no query sees a key past its
+    # diagonal (right == 0: causal, or a window without a right side)
+    listed = (64, 16, 4, 2, 128, 64, 8, 3)
+    monkeypatch.setattr(T, "ATTN_BWD_16_LONG_CAUSAL", {128: listed})
+    assert AT.bwd_config(bf, 128, 128, False, n, True) == listed != AT.bwd_config(bf, 128, 128, False, n)
+    assert AT.bwd_config(bf, 128, 128, False, n - 1, True) == T.ATTN_BWD_16[128]
+    assert 16 in AT.block_boundaries(bf, 128) and 16 not in AT.block_boundaries(bf, 64)
+    asked = []
+
+    class Asked(Exception):
+        pass
+
+    def spy(*args):
+        asked.append(args[-1])
+        raise Asked
+
+    x, lse = torch.zeros(1, 1, 4, 8), torch.zeros(1, 1, 4)
+    with monkeypatch.context() as m:
+        m.setattr(AT, "bwd_config", spy)
+        for right in (0, None, 2):
+            with pytest.raises(Asked):
+                AT.backward(x, x, x, x, lse, x, None, 1.0, 3, right, None)
+    assert asked == [True, False, False]
     try:
         monkeypatch.setenv("ATTN_KERNELS_BWD", "32/128/8/3/128/64/8/3")
         _launch.reload_knobs()

@@ -212,11 +212,11 @@ def _long_launch_cases():
 
 
 def test_long_attention_launch_matches_the_oracle(target, monkeypatch):
-    """The attention backward's long-sequence launch (kernels/tuning.py ATTN_BWD_16_LONG, with
-    OFF32) starts at ATTN_BWD_LONG_FROM queries, which the suite's draws reach only rarely (one
-    length in four is a block boundary, and only the gpu profile's lengths go that far): the
-    oracle law holds for it at that length +-1 and, with the threshold lowered to 1, on short
-    cases with partial blocks, a causal mask and grouped heads. Compiled code: on a GPU (the
+    """The attention backward's long-sequence launch (kernels/tuning.py ATTN_BWD_16_LONG, causal
+    ATTN_BWD_16_LONG_CAUSAL, with OFF32) starts at ATTN_BWD_LONG_FROM queries, which the suite's
+    draws reach only rarely (one length in four is a block boundary, and only the gpu profile's
+    lengths go that far): the oracle law holds for it at that length +-1 and, with the threshold
+    lowered to 1, on short cases with partial blocks, a causal mask and grouped heads. Compiled code: on a GPU (the
     interpreter runs a launch of its own)."""
     if target.device == "cpu":
         pytest.skip("the long launch is compiled code (the interpreter runs its own launch): on a GPU")
