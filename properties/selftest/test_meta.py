@@ -486,7 +486,7 @@ def test_attention_backward_takes_its_long_launch_from_its_length(monkeypatch):
         assert not AT.off32(head, head, long[0], D, False)
     # a causal launch listed for a block: taken by causal backwards of the long lengths only, its
     # blocks among the boundaries, and asked for by backward() where no query sees a key past its
-    # diagonal (right == 0: causal, or a window without a right side)
+    # diagonal (right == 0: causal, or a window whose right side is 0)
     listed = (64, 16, 4, 2, 128, 64, 8, 3)
     monkeypatch.setattr(T, "ATTN_BWD_16_LONG_CAUSAL", {128: listed})
     assert AT.bwd_config(bf, 128, 128, False, n, True) == listed != AT.bwd_config(bf, 128, 128, False, n)
