@@ -229,6 +229,15 @@ def test_an_lse_in_base_2_is_named_in_the_report():
     assert "base-2" not in str(e.value)
 
 
+def _within_bounds(pairs):
+    """Each (result, truth output) pair within the truth's bound, the first elements outside
+    named."""
+    from .. import tolerances
+    for got, e in pairs:
+        bad = tolerances.compare(got, e.value, e.tol, e.dtype)
+        assert not bool(bad.any()), (e.name, got[bad][:3], e.value[bad][:3], e.tol[bad][:3])
+
+
 # torch eager's attention in float16 (properties/targets/torch.py: (q k^T) * scale in the input
 # dtype, k and v repeat_interleave'd to the query heads), each case one the default tier's
 # backward bound rejected before it allowed the composition's own roundings (bounds.py, "In the
@@ -253,7 +262,6 @@ def test_torch_eager_float16_gradients_pass_the_default_tier(shape, with_dlse):
     the bound."""
     from ..families.attention.truth import grads_truth
     from ..targets import torch as eager
-    from .. import tolerances
     case = AttnCase("attention", torch.float16, Dv=shape["D"], alignment=eager.ATTENTION_CAUSAL_ALIGNMENT, **shape)
     base = case.tensors("cpu")
     do, dlse = case.logical("do"), (case.lse_cotangent() if with_dlse else None)
@@ -262,9 +270,7 @@ def test_torch_eager_float16_gradients_pass_the_default_tier(shape, with_dlse):
         o, lse = eager.attention(*leaves, **case.kwargs())
         outs, cots = ((o, lse), (do, dlse)) if with_dlse else ((o,), (do,))
         grads = torch.autograd.grad(outs, leaves, cots)
-    for got, e in zip(grads, grads_truth(case, *(t.detach() for t in base), do, dlse=dlse)):
-        bad = tolerances.compare(got, e.value, e.tol, case.dtype)
-        assert not bool(bad.any()), (e.name, got[bad][:3], e.value[bad][:3], e.tol[bad][:3])
+    _within_bounds(zip(grads, grads_truth(case, *(t.detach() for t in base), do, dlse=dlse)))
 
 
 def _gemma2_eager(q, k, v, *, causal=False, scale=None, softcap=None):
@@ -308,9 +314,7 @@ def test_a_16bit_softcap_composition_passes_the_default_tier(shape):
     plain = [t.detach() for t in base]
     outs = list(zip((o.detach(), lse.detach()), forward_truth(case, *plain)[0]))
     outs += list(zip(grads, grads_truth(case, *plain, do)))
-    for got, e in outs:
-        bad = tolerances.compare(got, e.value, e.tol, e.dtype)
-        assert not bool(bad.any()), (e.name, got[bad][:3], e.value[bad][:3], e.tol[bad][:3])
+    _within_bounds(outs)
     if shape["dtype"] == torch.bfloat16:
         strict = forward_truth(case, *plain, strict=True)[0][1]
         assert bool(tolerances.compare(lse.detach(), strict.value, strict.tol, strict.dtype).any())

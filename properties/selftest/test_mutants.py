@@ -216,8 +216,8 @@ def test_long_attention_launch_matches_the_oracle(target, monkeypatch):
     ATTN_BWD_16_LONG_CAUSAL, with OFF32) starts at ATTN_BWD_LONG_FROM queries, which the suite's
     draws reach only rarely (one length in four is a block boundary, and only the gpu profile's
     lengths go that far): the oracle law holds for it at that length +-1 and, with the threshold
-    lowered to 1, on short cases with partial blocks, a causal mask and grouped heads. Compiled code: on a GPU (the
-    interpreter runs a launch of its own)."""
+    lowered to 1, on short cases with partial blocks, a causal mask and grouped heads. Compiled
+    code: on a GPU (the interpreter runs a launch of its own)."""
     if target.device == "cpu":
         pytest.skip("the long launch is compiled code (the interpreter runs its own launch): on a GPU")
     from softmax_properties.kernels import _attention as AT
